@@ -1,0 +1,52 @@
+//! The type that marks what may cross to the untrusted device.
+//!
+//! Engines accept and return only [`Masked`]. The protocol crate makes one from activations
+//! it has mixed with a secret mask; the plaintext parity baseline must call
+//! [`danger::expose_plaintext`] by name, so a plaintext activation cannot reach a GPU by
+//! accident.
+
+use crate::Matrix;
+
+/// An operand that is safe to reveal to the untrusted engine.
+pub struct Masked(Matrix);
+
+impl Masked {
+    /// Wraps a matrix that the caller has mixed with secret mask material
+    /// (`U = A·H`, or a product the engine returned).
+    pub fn from_mixed(m: Matrix) -> Self {
+        Self(m)
+    }
+
+    pub fn matrix(&self) -> &Matrix {
+        &self.0
+    }
+
+    pub fn into_matrix(self) -> Matrix {
+        self.0
+    }
+
+    pub fn rows(&self) -> usize {
+        self.0.rows()
+    }
+
+    pub fn cols(&self) -> usize {
+        self.0.cols()
+    }
+}
+
+impl std::fmt::Debug for Masked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Masked({}x{})", self.0.rows(), self.0.cols())
+    }
+}
+
+/// Ways around the boundary. Each use is a deliberate opt-out of confidentiality.
+pub mod danger {
+    use super::*;
+
+    /// Sends plaintext to the engine. Only the plaintext parity baseline and the attack
+    /// harness's control condition may call this.
+    pub fn expose_plaintext(m: Matrix) -> Masked {
+        Masked(m)
+    }
+}

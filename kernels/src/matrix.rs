@@ -1,0 +1,167 @@
+//! A dense row-major `f32` matrix: the one tensor type that crosses crate seams.
+
+use std::fmt;
+
+/// Dense row-major `f32` matrix of shape `(rows, cols)`.
+#[derive(Clone, PartialEq, Default)]
+pub struct Matrix {
+    rows: usize,
+    cols: usize,
+    data: Vec<f32>,
+}
+
+/// A buffer whose length does not match the shape it was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("buffer of {len} elements cannot be a {rows}x{cols} matrix")]
+pub struct ShapeError {
+    pub rows: usize,
+    pub cols: usize,
+    pub len: usize,
+}
+
+impl Matrix {
+    pub fn zeros(rows: usize, cols: usize) -> Self {
+        Self { rows, cols, data: vec![0.0; rows * cols] }
+    }
+
+    pub fn from_vec(rows: usize, cols: usize, data: Vec<f32>) -> Result<Self, ShapeError> {
+        if data.len() != rows * cols {
+            return Err(ShapeError { rows, cols, len: data.len() });
+        }
+        Ok(Self { rows, cols, data })
+    }
+
+    /// Builds a matrix element by element.
+    pub fn from_fn(rows: usize, cols: usize, mut f: impl FnMut(usize, usize) -> f32) -> Self {
+        let mut data = Vec::with_capacity(rows * cols);
+        for r in 0..rows {
+            for c in 0..cols {
+                data.push(f(r, c));
+            }
+        }
+        Self { rows, cols, data }
+    }
+
+    /// Stacks matrices with equal column counts on top of each other.
+    pub fn vstack<'a>(parts: impl IntoIterator<Item = &'a Matrix>) -> Result<Self, ShapeError> {
+        let mut out: Option<Matrix> = None;
+        for p in parts {
+            match &mut out {
+                None => out = Some(p.clone()),
+                Some(o) => {
+                    if o.cols != p.cols {
+                        return Err(ShapeError { rows: p.rows, cols: o.cols, len: p.data.len() });
+                    }
+                    o.data.extend_from_slice(&p.data);
+                    o.rows += p.rows;
+                }
+            }
+        }
+        Ok(out.unwrap_or_default())
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [f32] {
+        &mut self.data
+    }
+
+    pub fn into_vec(self) -> Vec<f32> {
+        self.data
+    }
+
+    pub fn row(&self, r: usize) -> &[f32] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+
+    pub fn row_mut(&mut self, r: usize) -> &mut [f32] {
+        &mut self.data[r * self.cols..(r + 1) * self.cols]
+    }
+
+    /// Rows `start..end` as a new matrix.
+    pub fn slice_rows(&self, start: usize, end: usize) -> Matrix {
+        Matrix {
+            rows: end - start,
+            cols: self.cols,
+            data: self.data[start * self.cols..end * self.cols].to_vec(),
+        }
+    }
+
+    pub fn get(&self, r: usize, c: usize) -> f32 {
+        self.data[r * self.cols + c]
+    }
+
+    pub fn set(&mut self, r: usize, c: usize, v: f32) {
+        self.data[r * self.cols + c] = v;
+    }
+
+    /// True when no element is NaN or infinite.
+    pub fn is_finite(&self) -> bool {
+        self.data.iter().all(|v| v.is_finite())
+    }
+
+    pub fn transpose(&self) -> Matrix {
+        let mut out = Matrix::zeros(self.cols, self.rows);
+        for r in 0..self.rows {
+            for c in 0..self.cols {
+                out.data[c * self.rows + r] = self.data[r * self.cols + c];
+            }
+        }
+        out
+    }
+
+    /// Frobenius norm, accumulated in f64.
+    pub fn frobenius(&self) -> f64 {
+        self.data.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>().sqrt()
+    }
+
+    /// `‖self − other‖_F / ‖other‖_F`.
+    pub fn rel_err(&self, other: &Matrix) -> f64 {
+        assert_eq!(self.shape(), other.shape(), "rel_err of different shapes");
+        let num: f64 = self
+            .data
+            .iter()
+            .zip(&other.data)
+            .map(|(&a, &b)| {
+                let d = a as f64 - b as f64;
+                d * d
+            })
+            .sum::<f64>()
+            .sqrt();
+        num / other.frobenius().max(f64::MIN_POSITIVE)
+    }
+
+    /// Overwrites the buffer with zeros (used to scrub mask material and plaintext).
+    pub fn scrub(&mut self) {
+        for v in self.data.iter_mut() {
+            // Volatile so the compiler cannot elide the wipe of a buffer about to be freed.
+            unsafe { std::ptr::write_volatile(v, 0.0) };
+        }
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl fmt::Debug for Matrix {
+    // Never print contents: a matrix may hold plaintext activations.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Matrix({}x{})", self.rows, self.cols)
+    }
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The project's test command: fetches the offline models once, then runs every test of the
+# workspace in one build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/fetch-models.sh
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gelo/target}"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+else
+  cargo test --workspace --no-fail-fast "$@"
+fi

@@ -1,0 +1,177 @@
+//! Attention products that have no public weight: `Q·Kᵀ`, softmax, `·V`.
+//!
+//! By default they run in the TEE ([`attend_plain`]): at the lengths where GELO is used the
+//! linears dominate. Two executor-level levers move them to the engine above a length:
+//!
+//! * [`out_attn_mult`] (TwinShield §V-A): the engine multiplies a row-permuted, scaled,
+//!   additively blinded `(2n×d)·(d×2n)` product; the TEE keeps the permutations, the four
+//!   scalars and the blinding matrices and recombines the four partitions into `Q·Kᵀ`.
+//! * [`permuted_attention`] (Amulet): softmax is equivariant under a row permutation, so
+//!   the engine computes `softmax(πQM·(πKM)ᵀ)·πVN = π·softmax(QKᵀ)·V·N` on permuted,
+//!   rotated operands, and the TEE undoes `π` and `N`. The engine does see the permuted
+//!   score matrix; `docs/PROTOCOL.md` says what that leaks. Causal attention is kept in the
+//!   TEE, because a permuted causal mask would reveal `π`.
+
+use kernels::{cpu, Engine, Masked, Matrix};
+use rand::{seq::SliceRandom, Rng, RngExt};
+use rand_distr::{Distribution, StandardNormal};
+
+use crate::{error::Result, mask::haar};
+
+/// One attention head's operands.
+pub struct Head<'a> {
+    pub q: &'a Matrix,
+    pub k: &'a Matrix,
+    pub v: &'a Matrix,
+}
+
+/// Causal masking: query `i` sees keys `0..=i + offset` (offset = cached positions).
+pub type Causal = Option<usize>;
+
+/// `softmax(scale·Q·Kᵀ + causal)·V`, in the TEE.
+pub fn attend_plain(head: &Head<'_>, scale: f32, causal: Causal) -> Matrix {
+    let mut scores = cpu::matmul(head.q, head.k, true);
+    softmax_masked(&mut scores, scale, causal);
+    cpu::matmul(&scores, head.v, false)
+}
+
+/// Row softmax of `scale·scores`, with keys beyond each query's causal horizon excluded.
+pub fn softmax_masked(scores: &mut Matrix, scale: f32, causal: Causal) {
+    let cols = scores.cols();
+    for (i, row) in scores.as_mut_slice().chunks_exact_mut(cols).enumerate() {
+        let visible = causal.map_or(cols, |off| (i + off + 1).min(cols));
+        cpu::softmax_in_place(&mut row[..visible], scale);
+        row[visible..].iter_mut().for_each(|v| *v = 0.0);
+    }
+}
+
+fn gaussian_like(rows: usize, cols: usize, rms: f32, rng: &mut impl Rng) -> Matrix {
+    Matrix::from_fn(rows, cols, |_, _| {
+        let g: f32 = StandardNormal.sample(rng);
+        g * rms
+    })
+}
+
+fn rms(m: &Matrix) -> f32 {
+    ((m.frobenius() * m.frobenius()) / m.as_slice().len().max(1) as f64).sqrt().max(1e-6) as f32
+}
+
+fn random_scalar(rng: &mut impl Rng) -> f32 {
+    let m: f32 = rng.random_range(0.5..2.0);
+    if rng.random::<bool>() { m } else { -m }
+}
+
+/// Rows of `m` in the order `perm` (row `i` of the result is row `perm[i]` of `m`).
+fn permute_rows(m: &Matrix, perm: &[usize]) -> Matrix {
+    let mut out = Matrix::zeros(m.rows(), m.cols());
+    for (i, &p) in perm.iter().enumerate() {
+        out.row_mut(i).copy_from_slice(m.row(p));
+    }
+    out
+}
+
+/// `Q·Kᵀ` computed by the engine under TwinShield's four-partition blinding.
+pub fn out_attn_mult(
+    engine: &dyn Engine,
+    q: &Matrix,
+    k: &Matrix,
+    rng: &mut impl Rng,
+) -> Result<Matrix> {
+    let (nq, nk) = (q.rows(), k.rows());
+    // 1. Blinding matrices at the operands' own scale, and four secret scalars.
+    let mut rq = gaussian_like(nq, q.cols(), rms(q), rng);
+    let mut rk = gaussian_like(nk, k.cols(), rms(k), rng);
+    let (a, b, c, d) = (random_scalar(rng), random_scalar(rng), random_scalar(rng), random_scalar(rng));
+    let stack = |m: &Matrix, r: &Matrix, s1: f32, s2: f32| {
+        let mut top = m.clone();
+        top.as_mut_slice().iter_mut().zip(r.as_slice()).for_each(|(x, &y)| *x = s1 * (*x + y));
+        let mut bottom = r.clone();
+        bottom.as_mut_slice().iter_mut().for_each(|x| *x *= s2);
+        Matrix::vstack([&top, &bottom]).expect("same width")
+    };
+    // 2. X = π_X·[a(Q+R_Q); b·R_Q], Y = π_Y·[c(K+R_K); d·R_K].
+    let mut px: Vec<usize> = (0..2 * nq).collect();
+    let mut py: Vec<usize> = (0..2 * nk).collect();
+    px.shuffle(rng);
+    py.shuffle(rng);
+    let x = permute_rows(&stack(q, &rq, a, b), &px);
+    let y = permute_rows(&stack(k, &rk, c, d), &py);
+    // 3. The engine multiplies X·Yᵀ.
+    let p = engine
+        .matmul_dynamic(&Masked::from_mixed(x), &Masked::from_mixed(y), true)?
+        .into_matrix();
+    // 4. Undo the permutations and recombine the partitions:
+    //    QKᵀ = B₁₁/(ac) − B₁₂/(ad) − B₂₁/(bc) + B₂₂/(bd).
+    let mut inv_x = vec![0; 2 * nq];
+    let mut inv_y = vec![0; 2 * nk];
+    px.iter().enumerate().for_each(|(i, &p)| inv_x[p] = i);
+    py.iter().enumerate().for_each(|(i, &p)| inv_y[p] = i);
+    let coef = [[1.0 / (a * c), -1.0 / (a * d)], [-1.0 / (b * c), 1.0 / (b * d)]];
+    let mut out = Matrix::zeros(nq, nk);
+    for i in 0..nq {
+        for j in 0..nk {
+            let mut acc = 0.0f64;
+            for (bi, row) in [i, nq + i].into_iter().enumerate() {
+                for (bj, col) in [j, nk + j].into_iter().enumerate() {
+                    acc += coef[bi][bj] as f64 * p.get(inv_x[row], inv_y[col]) as f64;
+                }
+            }
+            out.set(i, j, acc as f32);
+        }
+    }
+    rq.scrub();
+    rk.scrub();
+    Ok(out)
+}
+
+/// Bidirectional attention for several heads of one sequence, computed by the engine on
+/// permuted and rotated operands. All heads share the key length.
+pub fn permuted_attention(
+    engine: &dyn Engine,
+    heads: &[Head<'_>],
+    scale: f32,
+    rng: &mut impl Rng,
+) -> Result<Vec<Matrix>> {
+    if heads.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (nq, nk) = (heads[0].q.rows(), heads[0].k.rows());
+    // 1. Fresh permutations of queries and keys, fresh rotations of the head dimensions.
+    let mut pq: Vec<usize> = (0..nq).collect();
+    let mut pk: Vec<usize> = (0..nk).collect();
+    pq.shuffle(rng);
+    pk.shuffle(rng);
+    let mut qs = Vec::with_capacity(heads.len());
+    let mut ks = Vec::with_capacity(heads.len());
+    let mut vs = Vec::with_capacity(heads.len());
+    let mut ns = Vec::with_capacity(heads.len());
+    for h in heads {
+        let m = haar::sample(h.q.cols(), rng);
+        let n = haar::sample(h.v.cols(), rng);
+        qs.push(Masked::from_mixed(cpu::matmul(&permute_rows(h.q, &pq), &m, false)));
+        ks.push(Masked::from_mixed(cpu::matmul(&permute_rows(h.k, &pk), &m, false)));
+        vs.push(Masked::from_mixed(cpu::matmul(&permute_rows(h.v, &pk), &n, false)));
+        ns.push(n);
+    }
+    // 2. Engine: scores, one stacked softmax, then ·V.
+    let pairs: Vec<(&Masked, &Masked)> = qs.iter().zip(&ks).collect();
+    let scores = engine.matmul_dynamic_batched(&pairs, true)?;
+    let stacked = Matrix::vstack(scores.iter().map(|s| s.matrix())).expect("same key length");
+    let probs = engine.softmax_rows(&Masked::from_mixed(stacked), scale)?.into_matrix();
+    let probs: Vec<Masked> =
+        (0..heads.len()).map(|h| Masked::from_mixed(probs.slice_rows(h * nq, (h + 1) * nq))).collect();
+    let pairs: Vec<(&Masked, &Masked)> = probs.iter().zip(&vs).collect();
+    let outs = engine.matmul_dynamic_batched(&pairs, false)?;
+    // 3. TEE: O = π_qᵀ·(π_q·O·N)·Nᵀ.
+    let mut inv = vec![0; nq];
+    pq.iter().enumerate().for_each(|(i, &p)| inv[p] = i);
+    Ok(outs
+        .into_iter()
+        .zip(ns.iter_mut())
+        .map(|(o, n)| {
+            let o = cpu::matmul(&o.into_matrix(), n, true);
+            n.scrub();
+            permute_rows(&o, &inv)
+        })
+        .collect())
+}

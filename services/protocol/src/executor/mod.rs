@@ -1,0 +1,524 @@
+//! The executors: what model code calls for every linear layer and attention product.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex, OnceLock, RwLock,
+    },
+    time::Instant,
+};
+
+use kernels::{danger, Engine, EngineInfo, Masked, Matrix, Precision, Weight, WeightId, WeightLayout};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    attention::{self, Causal, Head},
+    error::{ProtocolError, Result},
+    mask::{self, BlockMask, CostModel, Family, MaskKind},
+    os_seeded_rng, shield,
+    shield::ShieldConfig,
+    verify::{Probes, UVerifyConfig},
+};
+
+/// Where attention products run, by sequence length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct AttentionConfig {
+    /// Compute `Q·Kᵀ` on the engine with OutAttnMult once the key length reaches this.
+    pub out_attn_mult_min_len: Option<usize>,
+    /// Run bidirectional attention on the engine, permuted, once the length reaches this.
+    pub permuted_min_len: Option<usize>,
+}
+
+/// Settings of a masked executor.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MaskedConfig {
+    pub mask: MaskKind,
+    pub shield: ShieldConfig,
+    pub verify: Option<UVerifyConfig>,
+    pub attention: AttentionConfig,
+}
+
+impl Default for MaskedConfig {
+    fn default() -> Self {
+        MaskedConfig {
+            mask: MaskKind::Auto,
+            shield: ShieldConfig::default(),
+            verify: None,
+            attention: AttentionConfig::default(),
+        }
+    }
+}
+
+/// What an executor does, as the attestation's `scheme_identity` commits to it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Scheme {
+    /// `plaintext` or `masked`.
+    pub executor: String,
+    pub masked: Option<MaskedConfig>,
+    pub engine: EngineInfo,
+}
+
+/// Whether the engine has ever returned a product that failed U-Verify.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IntegrityStatus {
+    /// No failure seen (or U-Verify is off: see [`Scheme`]).
+    Clean { checked: u64 },
+    /// The engine returned wrong products; it must not be trusted with further work.
+    Compromised { checked: u64, failures: u64, last: String },
+}
+
+/// The TEE's view of the GPU. Model code is written against this trait only, so the same
+/// code runs plain and masked.
+pub trait Executor: Send + Sync {
+    /// Registers a public weight with the engine (and, when verifying, draws its probes).
+    fn provision(&self, id: WeightId, weight: Weight) -> Result<()>;
+
+    /// Opens a forward pass over sequences of `blocks[i]` rows each. Every sequence gets
+    /// its own mask; the mask is dropped and scrubbed when the pass ends.
+    fn begin(&self, blocks: &[usize]) -> Result<Box<dyn Pass + '_>>;
+
+    fn scheme(&self) -> Scheme;
+
+    fn integrity(&self) -> IntegrityStatus;
+}
+
+/// One forward pass.
+pub trait Pass {
+    /// Rows of each sequence, as given to [`Executor::begin`].
+    fn blocks(&self) -> &[usize];
+
+    /// `h·W` for `h` with one row per activation (all sequences stacked).
+    fn linear(&mut self, h: &Matrix, id: &WeightId) -> Result<Matrix> {
+        let mut out = self.linear_many(h, std::slice::from_ref(id))?;
+        Ok(out.pop().expect("one id, one product"))
+    }
+
+    /// `h·W` for several weights sharing the input (one mask application, one transfer).
+    fn linear_many(&mut self, h: &Matrix, ids: &[WeightId]) -> Result<Vec<Matrix>>;
+
+    /// `softmax(scale·Q·Kᵀ + causal)·V` for the heads of one sequence.
+    fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>>;
+
+    /// Ends the pass, scrubbing its mask material.
+    fn end(self: Box<Self>);
+}
+
+fn check_input(op: &'static str, h: &Matrix, blocks: &[usize], d_in: usize) -> Result<()> {
+    let rows: usize = blocks.iter().sum();
+    if h.rows() != rows {
+        return Err(ProtocolError::Shape {
+            op,
+            detail: format!("input has {} rows, the pass was opened for {rows}", h.rows()),
+        });
+    }
+    if h.cols() != d_in {
+        return Err(ProtocolError::Shape {
+            op,
+            detail: format!("input has {} columns, the weight expects {d_in}", h.cols()),
+        });
+    }
+    if !h.is_finite() {
+        return Err(ProtocolError::NonFinite { op });
+    }
+    Ok(())
+}
+
+fn check_blocks(blocks: &[usize]) -> Result<()> {
+    if blocks.is_empty() || blocks.contains(&0) {
+        return Err(ProtocolError::EmptyPass);
+    }
+    Ok(())
+}
+
+fn check_heads(heads: &[Head<'_>]) -> Result<()> {
+    for h in heads {
+        let ok = h.q.cols() == h.k.cols() && h.k.rows() == h.v.rows() && h.q.rows() > 0 && h.k.rows() > 0;
+        if !ok {
+            return Err(ProtocolError::Shape {
+                op: "attend",
+                detail: format!("q {:?}, k {:?}, v {:?}", h.q.shape(), h.k.shape(), h.v.shape()),
+            });
+        }
+        if !(h.q.is_finite() && h.k.is_finite() && h.v.is_finite()) {
+            return Err(ProtocolError::NonFinite { op: "attend" });
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+struct Dims {
+    d_in: usize,
+    d_out: usize,
+}
+
+// ---------------------------------------------------------------------------------------
+// Plaintext baseline
+// ---------------------------------------------------------------------------------------
+
+/// Sends activations to the engine in the clear: the parity baseline, never a deployment.
+pub struct PlaintextExecutor {
+    engine: Arc<dyn Engine>,
+    dims: RwLock<HashMap<WeightId, Dims>>,
+}
+
+impl PlaintextExecutor {
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        PlaintextExecutor { engine, dims: RwLock::default() }
+    }
+
+    fn dims(&self, id: &WeightId) -> Result<Dims> {
+        self.dims.read().expect("poisoned").get(id).copied().ok_or_else(|| ProtocolError::UnknownWeight(id.clone()))
+    }
+}
+
+impl Executor for PlaintextExecutor {
+    fn provision(&self, id: WeightId, weight: Weight) -> Result<()> {
+        let mut dims = self.dims.write().expect("poisoned");
+        if dims.contains_key(&id) {
+            return Err(ProtocolError::DuplicateWeight(id));
+        }
+        let d = Dims { d_in: weight.d_in, d_out: weight.d_out };
+        self.engine.register(id.clone(), weight)?;
+        dims.insert(id, d);
+        Ok(())
+    }
+
+    fn begin(&self, blocks: &[usize]) -> Result<Box<dyn Pass + '_>> {
+        check_blocks(blocks)?;
+        Ok(Box::new(PlainPass { exec: self, blocks: blocks.to_vec() }))
+    }
+
+    fn scheme(&self) -> Scheme {
+        Scheme { executor: "plaintext".into(), masked: None, engine: self.engine.info() }
+    }
+
+    fn integrity(&self) -> IntegrityStatus {
+        IntegrityStatus::Clean { checked: 0 }
+    }
+}
+
+struct PlainPass<'a> {
+    exec: &'a PlaintextExecutor,
+    blocks: Vec<usize>,
+}
+
+impl Pass for PlainPass<'_> {
+    fn blocks(&self) -> &[usize] {
+        &self.blocks
+    }
+
+    fn linear_many(&mut self, h: &Matrix, ids: &[WeightId]) -> Result<Vec<Matrix>> {
+        for id in ids {
+            check_input("linear", h, &self.blocks, self.exec.dims(id)?.d_in)?;
+        }
+        let x = danger::expose_plaintext(h.clone());
+        Ok(self.exec.engine.matmul_many(&x, ids)?.into_iter().map(Masked::into_matrix).collect())
+    }
+
+    fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
+        check_heads(heads)?;
+        Ok(heads.iter().map(|h| attention::attend_plain(h, scale, causal)).collect())
+    }
+
+    fn end(self: Box<Self>) {}
+}
+
+// ---------------------------------------------------------------------------------------
+// GELO
+// ---------------------------------------------------------------------------------------
+
+struct Provisioned {
+    dims: Dims,
+    storage: Precision,
+    /// Kept only while U-Verify is on, to redraw probes after a failure.
+    weight: Option<Weight>,
+    probes: RwLock<Option<Probes>>,
+}
+
+#[derive(Default)]
+struct Integrity {
+    checked: AtomicU64,
+    failures: AtomicU64,
+    last: Mutex<String>,
+}
+
+/// The GELO executor: every linear's input reaches the engine only as `U = A·[H; S]`.
+pub struct MaskedExecutor {
+    engine: Arc<dyn Engine>,
+    cfg: MaskedConfig,
+    weights: RwLock<HashMap<WeightId, Arc<Provisioned>>>,
+    integrity: Integrity,
+    /// Engine throughput (flop/s) for the Auto cost model, measured on first use.
+    engine_rate: OnceLock<f64>,
+}
+
+impl MaskedExecutor {
+    pub fn new(engine: Arc<dyn Engine>, cfg: MaskedConfig) -> Result<Self> {
+        if cfg.mask == MaskKind::Hd3 && cfg.shield.rows == 0 && cfg.shield.energy != 0.0 {
+            return Err(ProtocolError::Config("shield energy without shield rows".into()));
+        }
+        if let Some(v) = cfg.verify {
+            if v.probes == 0 || v.range < 1 {
+                return Err(ProtocolError::Config("U-Verify needs at least one probe and L ≥ 1".into()));
+            }
+        }
+        if !(cfg.shield.energy.is_finite() && cfg.shield.energy >= 0.0) {
+            return Err(ProtocolError::Config("shield energy must be finite and non-negative".into()));
+        }
+        Ok(MaskedExecutor {
+            engine,
+            cfg,
+            weights: RwLock::default(),
+            integrity: Integrity::default(),
+            engine_rate: OnceLock::new(),
+        })
+    }
+
+    pub fn config(&self) -> &MaskedConfig {
+        &self.cfg
+    }
+
+    fn get(&self, id: &WeightId) -> Result<Arc<Provisioned>> {
+        self.weights.read().expect("poisoned").get(id).cloned().ok_or_else(|| ProtocolError::UnknownWeight(id.clone()))
+    }
+
+    /// Family for a block of `n` rows under `Auto`: the cheaper one by the cost model, for
+    /// the mean shape of the provisioned weights.
+    fn family(&self, n: usize) -> Family {
+        match self.cfg.mask {
+            MaskKind::Haar => Family::Haar,
+            MaskKind::Hd3 => Family::Hd3,
+            MaskKind::Auto => {
+                let (dims, count) = {
+                    let w = self.weights.read().expect("poisoned");
+                    let count = w.len().max(1);
+                    let (a, b) = w.values().fold((0, 0), |(a, b), p| (a + p.dims.d_in, b + p.dims.d_out));
+                    (((a / count).max(1), (b / count).max(1)), count)
+                };
+                let rate = *self.engine_rate.get_or_init(|| self.measure_engine());
+                CostModel::measured().choose(n, self.cfg.shield.rows, dims, count, rate)
+            }
+        }
+    }
+
+    /// Times the engine on a throwaway random weight (flop/s).
+    fn measure_engine(&self) -> f64 {
+        let (d, n) = (512usize, 64usize);
+        let id = WeightId::new("__gelo_calibration");
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let w: Vec<f32> = (0..d * d).map(|_| rand::RngExt::random::<f32>(&mut rng) - 0.5).collect();
+        if self.engine.register(id.clone(), Weight::f32(d, d, WeightLayout::InOut, w)).is_err() {
+            return 1e11;
+        }
+        let x = || Masked::from_mixed(Matrix::from_fn(n, d, |r, c| ((r * 31 + c * 17) % 97) as f32 / 97.0));
+        let _ = self.engine.matmul(&x(), &id);
+        let t = Instant::now();
+        let reps = 4;
+        for _ in 0..reps {
+            let _ = self.engine.matmul(&x(), &id);
+        }
+        let secs = t.elapsed().as_secs_f64().max(1e-9);
+        let _ = self.engine.unregister(&id);
+        (2 * n * d * d * reps) as f64 / secs
+    }
+
+    /// After a failed check: count it, and redraw every weight's probes so whatever the
+    /// engine learned about the old ones is worthless.
+    fn poison(&self, what: &str) {
+        self.integrity.failures.fetch_add(1, Ordering::SeqCst);
+        *self.integrity.last.lock().expect("poisoned") = what.to_string();
+        tracing::error!(target: "gelo::integrity", reason = what, "engine returned a wrong product; probes redrawn, engine flagged");
+        let Some(cfg) = self.cfg.verify else { return };
+        let mut rng = os_seeded_rng();
+        let operand = self.engine.info().operand_precision;
+        for p in self.weights.read().expect("poisoned").values() {
+            if let Some(w) = &p.weight {
+                *p.probes.write().expect("poisoned") = Some(Probes::draw(&cfg, w, p.storage, operand, &mut rng));
+            }
+        }
+    }
+}
+
+impl Executor for MaskedExecutor {
+    fn provision(&self, id: WeightId, weight: Weight) -> Result<()> {
+        if self.weights.read().expect("poisoned").contains_key(&id) {
+            return Err(ProtocolError::DuplicateWeight(id));
+        }
+        let dims = Dims { d_in: weight.d_in, d_out: weight.d_out };
+        let kept = self.cfg.verify.map(|_| weight.clone());
+        let reg = self.engine.register(id.clone(), weight)?;
+        let probes = match (&self.cfg.verify, &kept) {
+            (Some(cfg), Some(w)) => {
+                let operand = self.engine.info().operand_precision;
+                Some(Probes::draw(cfg, w, reg.storage, operand, &mut os_seeded_rng()))
+            }
+            _ => None,
+        };
+        let p = Provisioned { dims, storage: reg.storage, weight: kept, probes: RwLock::new(probes) };
+        self.weights.write().expect("poisoned").insert(id, Arc::new(p));
+        Ok(())
+    }
+
+    fn begin(&self, blocks: &[usize]) -> Result<Box<dyn Pass + '_>> {
+        check_blocks(blocks)?;
+        let mut rng = os_seeded_rng();
+        let k = self.cfg.shield.rows;
+        let masks = blocks
+            .iter()
+            .map(|&n| {
+                let family = self.family(n);
+                BlockMask::sample(family, mask::order(family, n, k), &mut rng)
+            })
+            .collect();
+        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), masks, rng }))
+    }
+
+    fn scheme(&self) -> Scheme {
+        Scheme { executor: "masked".into(), masked: Some(self.cfg), engine: self.engine.info() }
+    }
+
+    fn integrity(&self) -> IntegrityStatus {
+        let checked = self.integrity.checked.load(Ordering::SeqCst);
+        let failures = self.integrity.failures.load(Ordering::SeqCst);
+        if failures == 0 {
+            IntegrityStatus::Clean { checked }
+        } else {
+            IntegrityStatus::Compromised { checked, failures, last: self.integrity.last.lock().expect("poisoned").clone() }
+        }
+    }
+}
+
+struct MaskedPass<'a> {
+    exec: &'a MaskedExecutor,
+    blocks: Vec<usize>,
+    masks: Vec<BlockMask>,
+    rng: ChaCha20Rng,
+}
+
+impl MaskedPass<'_> {
+    /// `U = blockdiag(A_i)·[H_i; S_i]` for all sequences, stacked.
+    fn mask_input(&mut self, h: &Matrix) -> Matrix {
+        let d = h.cols();
+        let total: usize = self.masks.iter().map(BlockMask::order).sum();
+        let mut u = Matrix::zeros(total, d);
+        let mut scratch = Vec::new();
+        let (mut row_in, mut row_out) = (0, 0);
+        for (mask, &n) in self.masks.iter().zip(&self.blocks) {
+            let s = mask.order();
+            scratch.clear();
+            scratch.extend_from_slice(&h.as_slice()[row_in * d..(row_in + n) * d]);
+            scratch.resize(s * d, 0.0);
+            let (hb, sb) = scratch.split_at_mut(n * d);
+            shield::fill(sb, hb, d, self.exec.cfg.shield.energy, &mut self.rng);
+            mask.apply(&mut scratch, d, &mut u.as_mut_slice()[row_out * d..(row_out + s) * d]);
+            row_in += n;
+            row_out += s;
+        }
+        zeroize::Zeroize::zeroize(&mut scratch);
+        u
+    }
+
+    /// First `n_i` rows of `A_iᵀ·Z_i` for every sequence: `H·W` without the shield rows.
+    fn recover(&self, mut z: Matrix) -> Matrix {
+        let d = z.cols();
+        let rows: usize = self.blocks.iter().sum();
+        let mut out = Matrix::zeros(rows, d);
+        let (mut row_in, mut row_out) = (0, 0);
+        for (mask, &n) in self.masks.iter().zip(&self.blocks) {
+            let s = mask.order();
+            let zb = &mut z.as_mut_slice()[row_in * d..(row_in + s) * d];
+            mask.recover(zb, d, n, &mut out.as_mut_slice()[row_out * d..(row_out + n) * d]);
+            row_in += s;
+            row_out += n;
+        }
+        z.scrub();
+        out
+    }
+
+    #[cfg(test)]
+    pub(crate) fn dense_masks(&self) -> Vec<Matrix> {
+        self.masks.iter().map(BlockMask::dense).collect()
+    }
+}
+
+impl Pass for MaskedPass<'_> {
+    fn blocks(&self) -> &[usize] {
+        &self.blocks
+    }
+
+    fn linear_many(&mut self, h: &Matrix, ids: &[WeightId]) -> Result<Vec<Matrix>> {
+        let weights = ids.iter().map(|id| self.exec.get(id)).collect::<Result<Vec<_>>>()?;
+        for w in &weights {
+            check_input("linear", h, &self.blocks, w.dims.d_in)?;
+        }
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // 1. Mask: the only thing that leaves the TEE is U.
+        let u = Masked::from_mixed(self.mask_input(h));
+        // 2. The engine multiplies U by each public weight.
+        let zs = self.exec.engine.matmul_many(&u, ids)?;
+        // 3. Check each product (when U-Verify is on), then unmask and strip shields.
+        let mut out = Vec::with_capacity(zs.len());
+        for ((z, w), id) in zs.into_iter().zip(&weights).zip(ids) {
+            let z = z.into_matrix();
+            if z.shape() != (u.rows(), w.dims.d_out) {
+                return Err(ProtocolError::Shape {
+                    op: "linear",
+                    detail: format!("engine returned {:?} for `{id}`, expected {:?}", z.shape(), (u.rows(), w.dims.d_out)),
+                });
+            }
+            // The probes' read guard must be released before `poison` redraws them.
+            let verdict = w.probes.read().expect("poisoned").as_ref().map(|probes| {
+                self.exec.integrity.checked.fetch_add(1, Ordering::Relaxed);
+                probes.check(id.as_str(), u.matrix(), &z)
+            });
+            if let Some(Err(v)) = verdict {
+                self.exec.poison(&v.to_string());
+                return Err(ProtocolError::Integrity(v));
+            }
+            out.push(self.recover(z));
+        }
+        Ok(out)
+    }
+
+    fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
+        check_heads(heads)?;
+        let Some(first) = heads.first() else { return Ok(Vec::new()) };
+        let len = first.k.rows();
+        let cfg = self.exec.cfg.attention;
+        let engine = self.exec.engine.as_ref();
+        if causal.is_none() && cfg.permuted_min_len.is_some_and(|m| len >= m) {
+            return attention::permuted_attention(engine, heads, scale, &mut self.rng);
+        }
+        if cfg.out_attn_mult_min_len.is_some_and(|m| len >= m) {
+            return heads
+                .iter()
+                .map(|h| {
+                    let mut s = attention::out_attn_mult(engine, h.q, h.k, &mut self.rng)?;
+                    attention::softmax_masked(&mut s, scale, causal);
+                    Ok(kernels::cpu::matmul(&s, h.v, false))
+                })
+                .collect();
+        }
+        Ok(heads.iter().map(|h| attention::attend_plain(h, scale, causal)).collect())
+    }
+
+    fn end(self: Box<Self>) {}
+}
+
+impl Drop for MaskedPass<'_> {
+    fn drop(&mut self) {
+        // BlockMask's own Drop scrubs dense masks and HD₃ signs; reseed the pass RNG so its
+        // state (which determined the masks) does not linger either.
+        self.masks.clear();
+        self.rng = ChaCha20Rng::from_seed([0; 32]);
+    }
+}
+
+#[cfg(test)]
+mod tests;

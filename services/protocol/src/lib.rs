@@ -1,0 +1,35 @@
+//! GELO, the TEE side.
+//!
+//! Model code runs every linear layer through an [`Executor`]. The [`MaskedExecutor`]
+//! stacks `k` high-energy shield rows under the activation block `H`, mixes the stack with
+//! a fresh secret orthogonal mask `A` (one per forward pass and sequence), sends only
+//! `U = A·[H; S]` to the untrusted engine, recovers `H·W` from `Aᵀ·(U·W)` and strips the
+//! shield rows. [`PlaintextExecutor`] is the parity baseline that sends `H` in the clear.
+//!
+//! Where things live: mask sampling in [`mask`], shield rows in [`shield`], the integrity
+//! check in [`verify`], the masked attention products in [`attention`].
+
+pub mod attention;
+mod error;
+mod executor;
+pub mod mask;
+pub mod shield;
+pub mod verify;
+
+pub use error::ProtocolError;
+pub use executor::{
+    AttentionConfig, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass,
+    PlaintextExecutor, Scheme,
+};
+pub use kernels::{Matrix, Weight, WeightData, WeightId, WeightLayout};
+pub use mask::MaskKind;
+pub use shield::ShieldConfig;
+pub use verify::{IntegrityViolation, UVerifyConfig};
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+
+/// A ChaCha20 generator seeded from the operating system's entropy source.
+pub fn os_seeded_rng() -> ChaCha20Rng {
+    ChaCha20Rng::try_from_rng(&mut rand::rngs::SysRng).expect("the OS entropy source failed")
+}

@@ -1,0 +1,121 @@
+use kernels::{cpu::matmul_tn, Matrix};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+
+use super::*;
+
+fn max_orth_err(a: &Matrix) -> f32 {
+    let g = matmul_tn(a, a);
+    let mut worst = 0.0f32;
+    for r in 0..g.rows() {
+        for c in 0..g.cols() {
+            let want = if r == c { 1.0 } else { 0.0 };
+            worst = worst.max((g.get(r, c) - want).abs());
+        }
+    }
+    worst
+}
+
+#[test]
+fn haar_masks_are_orthogonal() {
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    for s in [1, 2, 3, 9, 64, 137, 520] {
+        let a = haar::sample(s, &mut rng);
+        let err = max_orth_err(&a);
+        assert!(err < 1e-5, "s={s}: max |AᵀA − I| = {err:e}");
+    }
+}
+
+#[test]
+fn hd3_masks_are_orthogonal() {
+    let mut rng = ChaCha20Rng::seed_from_u64(12);
+    for s in [1, 2, 16, 256, 1024] {
+        let a = Hd3::sample(s, &mut rng).dense();
+        let err = max_orth_err(&a);
+        assert!(err < 1e-5, "s={s}: max |AᵀA − I| = {err:e}");
+    }
+}
+
+#[test]
+fn apply_then_recover_is_identity_for_both_families() {
+    let mut rng = ChaCha20Rng::seed_from_u64(13);
+    for family in [Family::Haar, Family::Hd3] {
+        for (n, k, d) in [(1, 8, 5), (7, 8, 64), (120, 8, 100), (300, 8, 33)] {
+            let s = order(family, n, k);
+            let mask = BlockMask::sample(family, s, &mut rng);
+            let x = Matrix::from_fn(s, d, |r, c| ((r * 7 + c * 3) % 11) as f32 - 5.0);
+            let mut xin = x.as_slice().to_vec();
+            let mut u = vec![0.0; s * d];
+            mask.apply(&mut xin, d, &mut u);
+            // U must differ from X (a mask that does nothing would pass the roundtrip).
+            if s > 1 {
+                assert!(u.iter().zip(x.as_slice()).any(|(a, b)| (a - b).abs() > 1e-3));
+            }
+            let mut out = vec![0.0; n * d];
+            mask.recover(&mut u, d, n, &mut out);
+            let back = Matrix::from_vec(n, d, out).unwrap();
+            let err = back.rel_err(&x.slice_rows(0, n));
+            assert!(err < 1e-5, "{family:?} n={n}: {err:e}");
+        }
+    }
+}
+
+/// Mean and mean square of the entry A₀₀ over many samples. For Haar O(s), A₀₀ is
+/// symmetric about 0 with E[A₀₀²] = 1/s; the unfixed Householder Q has A₀₀ = −|z₀₀|/‖z₀‖ < 0.
+fn entry_moments(s: usize, trials: usize, fix: bool, rng: &mut ChaCha20Rng) -> (f64, f64) {
+    let (mut m1, mut m2) = (0.0, 0.0);
+    for _ in 0..trials {
+        let a = haar::householder_q(s, rng, fix);
+        let v = a.get(0, 0) as f64;
+        m1 += v;
+        m2 += v * v;
+    }
+    (m1 / trials as f64, m2 / trials as f64)
+}
+
+#[test]
+fn haar_sampler_is_haar_and_the_unfixed_qr_is_not() {
+    let mut rng = ChaCha20Rng::seed_from_u64(14);
+    let (s, trials) = (6, 4000);
+    // Under Haar, Var(A₀₀) = 1/s, so the sample mean has standard error sqrt(1/(s·trials)).
+    let se = (1.0 / (s * trials) as f64).sqrt();
+    let (mean, sq) = entry_moments(s, trials, true, &mut rng);
+    assert!(mean.abs() < 4.0 * se, "Haar mean {mean} vs se {se}");
+    assert!((sq - 1.0 / s as f64).abs() < 0.02, "E[A00²] = {sq}");
+    let (mean_unfixed, _) = entry_moments(s, trials, false, &mut rng);
+    assert!(mean_unfixed < -10.0 * se, "unfixed QR must be detected: mean {mean_unfixed}");
+
+    // Eigenvalue phases of a Haar rotation spread over (0, π); test symmetry of the trace:
+    // E[tr A] = 0 for Haar O(s), but the unfixed Q is biased.
+    let tr = |fix: bool, rng: &mut ChaCha20Rng| {
+        (0..2000).map(|_| {
+            let a = haar::householder_q(s, rng, fix);
+            (0..s).map(|i| a.get(i, i) as f64).sum::<f64>()
+        }).sum::<f64>() / 2000.0
+    };
+    // Var(tr A) = 1 for Haar O(s), s ≥ 2.
+    let t_fixed = tr(true, &mut rng);
+    assert!(t_fixed.abs() < 4.0 / (2000f64).sqrt(), "Haar trace mean {t_fixed}");
+    let t_unfixed = tr(false, &mut rng);
+    assert!(t_unfixed.abs() > 10.0 / (2000f64).sqrt(), "unfixed trace mean {t_unfixed}");
+}
+
+#[test]
+fn scrub_erases_mask_material() {
+    let mut rng = ChaCha20Rng::seed_from_u64(15);
+    for family in [Family::Haar, Family::Hd3] {
+        let mut m = BlockMask::sample(family, 16, &mut rng);
+        assert!(m.dense().as_slice().iter().any(|&v| v != 0.0));
+        m.scrub();
+        assert!(m.dense().as_slice().iter().all(|&v| v == 0.0), "{family:?}");
+    }
+}
+
+#[test]
+fn cost_model_prefers_hd3_for_long_blocks_and_haar_for_decode() {
+    let cm = CostModel::measured();
+    // Decode: n = 1 → Haar s = 9 vs HD₃ s = 16: HD₃ doubles the engine rows for nothing.
+    assert_eq!(cm.choose(1, 8, (2048, 6144), 112, 1e13), Family::Haar);
+    // Long prefill: dense Haar costs O(s²·d) in the TEE; HD₃ is O(s·log s·d).
+    assert_eq!(cm.choose(2040, 8, (1024, 3072), 112, 1e11), Family::Hd3);
+}
