@@ -1,0 +1,152 @@
+//! `gelo bench protocol`: masked/plain wall time of transformer-block linears on the CPU
+//! engine, for the layer shapes of BERT-base, Qwen3-0.6B and Qwen3-1.7B.
+
+use std::{sync::Arc, time::Instant};
+
+use anyhow::Result;
+use kernels::{CpuEngine, Engine, Matrix, Weight, WeightId, WeightLayout};
+use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Block linears (QKV, O, gate+up, down) plain vs masked.
+    Protocol(ProtocolArgs),
+}
+
+#[derive(clap::Args)]
+struct ProtocolArgs {
+    /// Shapes: bert-base, qwen3-0.6b, qwen3-1.7b.
+    #[arg(long, value_delimiter = ',', default_value = "bert-base,qwen3-0.6b,qwen3-1.7b")]
+    shapes: Vec<String>,
+    /// Rows per pass.
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512,2048")]
+    n: Vec<usize>,
+    /// Blocks per forward pass (one mask is sampled per pass).
+    #[arg(long, default_value_t = 4)]
+    blocks: usize,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Masks to compare: haar, hd3, auto.
+    #[arg(long, value_delimiter = ',', default_value = "haar,hd3,auto")]
+    masks: Vec<MaskKind>,
+    /// Also run every masked cell with U-Verify (k probes, L = 3).
+    #[arg(long, default_value_t = 2)]
+    verify_probes: usize,
+}
+
+/// Offload groups of one block: (input width, [output widths sharing that input]).
+struct Shape {
+    name: &'static str,
+    groups: Vec<(usize, Vec<usize>)>,
+}
+
+fn shape(name: &str) -> Result<Shape> {
+    let (name, d, q, kv, ff, gated) = match name {
+        "bert-base" => ("bert-base", 768, 768, 768, 3072, false),
+        "qwen3-0.6b" => ("qwen3-0.6b", 1024, 2048, 1024, 3072, true),
+        "qwen3-1.7b" => ("qwen3-1.7b", 2048, 2048, 1024, 6144, true),
+        other => anyhow::bail!("unknown shape {other}"),
+    };
+    let ffn_in = if gated { vec![ff, ff] } else { vec![ff] };
+    Ok(Shape { name, groups: vec![(d, vec![q, kv, kv]), (q, vec![d]), (d, ffn_in), (ff, vec![d])] })
+}
+
+fn provision(exec: &dyn Executor, shape: &Shape) -> Result<Vec<Vec<WeightId>>> {
+    let mut ids = Vec::new();
+    for (g, (d_in, outs)) in shape.groups.iter().enumerate() {
+        let mut group = Vec::new();
+        for (j, &d_out) in outs.iter().enumerate() {
+            let id = WeightId::new(format!("g{g}.{j}"));
+            let data: Vec<f32> =
+                (0..d_in * d_out).map(|i| ((i.wrapping_mul(2654435761) % 2001) as f32 - 1000.0) * 1e-5).collect();
+            exec.provision(id.clone(), Weight::f32(*d_in, d_out, WeightLayout::OutIn, data))?;
+            group.push(id);
+        }
+        ids.push(group);
+    }
+    Ok(ids)
+}
+
+fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], n: usize, blocks: usize, reps: usize) -> Result<f64> {
+    let inputs: Vec<Matrix> = shape
+        .groups
+        .iter()
+        .map(|(d_in, _)| Matrix::from_fn(n, *d_in, |r, c| (((r * 131 + c * 7) % 251) as f32 - 125.0) / 125.0))
+        .collect();
+    let run = || -> Result<f64> {
+        let t = Instant::now();
+        let mut pass = exec.begin(&[n])?;
+        for _ in 0..blocks {
+            for (x, group) in inputs.iter().zip(ids) {
+                pass.linear_many(x, group)?;
+            }
+        }
+        pass.end();
+        Ok(t.elapsed().as_secs_f64() / blocks as f64)
+    };
+    run()?; // warm-up
+    let mut times = (0..reps).map(|_| run()).collect::<Result<Vec<_>>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+pub fn run(args: Args) -> Result<()> {
+    match args.what {
+        What::Protocol(a) => protocol_bench(a),
+    }
+}
+
+fn protocol_bench(a: ProtocolArgs) -> Result<()> {
+    println!("| shape | n | plain ms/block | mask | masked ms/block | ratio | + U-Verify k={} ms | ratio |", a.verify_probes);
+    println!("|---|---|---|---|---|---|---|---|");
+    for name in &a.shapes {
+        let shape = shape(name)?;
+        let engine: Arc<dyn Engine> = Arc::new(CpuEngine::new());
+        let plain = PlaintextExecutor::new(engine.clone());
+        let plain_ids = provision(&plain, &shape)?;
+        let mut masked = Vec::new();
+        for &mask in &a.masks {
+            for verify in [None, Some(UVerifyConfig { probes: a.verify_probes, range: 3 })] {
+                if verify.is_some() && a.verify_probes == 0 {
+                    continue;
+                }
+                let cfg = MaskedConfig { mask, verify, ..Default::default() };
+                // Each executor gets its own engine so weight ids do not collide.
+                let exec = MaskedExecutor::new(Arc::new(CpuEngine::new()), cfg)?;
+                let ids = provision(&exec, &shape)?;
+                masked.push((mask, verify.is_some(), exec, ids));
+            }
+        }
+        for &n in &a.n {
+            let reps = if n >= 1024 { a.reps.min(3) } else { a.reps };
+            let t_plain = time_pass(&plain, &shape, &plain_ids, n, a.blocks, reps)?;
+            for &mask in &a.masks {
+                let cell = |v: bool| masked.iter().find(|(m, vv, _, _)| *m == mask && *vv == v);
+                let (_, _, exec, ids) = cell(false).expect("configured");
+                let t = time_pass(exec, &shape, ids, n, a.blocks, reps)?;
+                let (tv, rv) = match cell(true) {
+                    Some((_, _, exec_v, ids_v)) => {
+                        let tv = time_pass(exec_v, &shape, ids_v, n, a.blocks, reps)?;
+                        (format!("{:.2}", tv * 1e3), format!("{:.3}", tv / t_plain))
+                    }
+                    None => ("-".into(), "-".into()),
+                };
+                println!(
+                    "| {} | {n} | {:.2} | {mask:?} | {:.2} | {:.3} | {tv} | {rv} |",
+                    shape.name,
+                    t_plain * 1e3,
+                    t * 1e3,
+                    t / t_plain
+                );
+            }
+        }
+    }
+    Ok(())
+}

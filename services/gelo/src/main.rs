@@ -1,0 +1,30 @@
+//! `gelo`: one binary for every role and tool. Each subcommand lives in `commands/`.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "gelo", version, about = "Confidential RAG on untrusted GPUs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure the protocol: masked/plain ratio of transformer-block linears.
+    Bench(commands::bench::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Bench(args) => commands::bench::run(args),
+    }
+}
