@@ -1,0 +1,866 @@
+//! `WgpuEngine`: the untrusted engine on a Vulkan GPU.
+//!
+//! One call is one submission: the host packs every parameter block and operand of the call
+//! into a persistently mapped upload buffer, one copy moves them to the device, every product
+//! of the call runs in one compute pass, one copy brings all results back into a mapped
+//! read-back buffer, and the caller waits once. The buffers of a call come from a pool of
+//! slots, so steady-state calls allocate nothing on the device; several threads each hold
+//! their own slot, so their uploads, kernels and read-backs overlap on the queue.
+
+use std::{
+    collections::HashMap,
+    num::NonZeroU64,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc, Arc, Mutex, RwLock,
+    },
+    time::Instant,
+};
+
+use kernels::{
+    engine::{check_operand, dynamic_shape},
+    Engine, EngineError, EngineInfo, Masked, Matrix, Precision, Registered, Weight, WeightId,
+    WeightLayout,
+};
+
+use crate::{
+    device::Gpu,
+    select::{AdapterSpec, AdapterSummary},
+    shaders::{self, GemmKey, GemmParams, SoftmaxParams, Tile, WeightType, PARAMS_BYTES, TILES},
+    weights::{self, GpuWeight},
+};
+
+/// Settings of a [`WgpuEngine`].
+#[derive(Clone, Debug)]
+pub struct WgpuConfig {
+    /// Element type f32 weights are stored in. `F16` halves memory and weight traffic at the
+    /// cost of rounding `W` (reported per weight in [`Registered::storage`]); 16-bit
+    /// checkpoints are always stored in their own format.
+    pub f32_weights_as: Precision,
+    /// Cap on resident weight bytes; `None` uses the device's memory.
+    pub memory_budget: Option<u64>,
+    /// Workgroups the device runs at once, for choosing tile sizes; `None` guesses from the
+    /// device type.
+    pub parallel_workgroups: Option<u32>,
+}
+
+impl Default for WgpuConfig {
+    fn default() -> Self {
+        WgpuConfig { f32_weights_as: Precision::F32, memory_budget: None, parallel_workgroups: None }
+    }
+}
+
+/// Where the time of the engine's calls went, summed since the last reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CallStats {
+    pub calls: u64,
+    /// Host work before the submission: packing operands, encoding, submitting.
+    pub host_ns: u64,
+    /// Submission to results mapped: transfers, kernels and the driver's latency.
+    pub wait_ns: u64,
+    /// Copying results out of the mapped read-back buffer.
+    pub readback_ns: u64,
+    /// Kernel time measured by GPU timestamps (calls where the device supports them).
+    pub gpu_ns: u64,
+    pub gpu_timed_calls: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+/// The Vulkan engine. Cheap to share: every method takes `&self` and is safe from many
+/// threads at once.
+pub struct WgpuEngine {
+    gpu: Gpu,
+    cfg: WgpuConfig,
+    layout: wgpu::BindGroupLayout,
+    pipeline_layout: wgpu::PipelineLayout,
+    gemm: Mutex<HashMap<GemmKey, Arc<wgpu::ComputePipeline>>>,
+    softmax: Arc<wgpu::ComputePipeline>,
+    tiles: Vec<Tile>,
+    pinned_tile: RwLock<Option<Tile>>,
+    parallel: f64,
+    weights: RwLock<HashMap<WeightId, Arc<GpuWeight>>>,
+    resident: AtomicU64,
+    serial: AtomicU64,
+    /// Bumped by `unregister`, so cached bind groups never keep a dropped weight alive.
+    epoch: AtomicU64,
+    slots: Mutex<Vec<Slot>>,
+    timestamps: bool,
+    stats: Mutex<CallStats>,
+}
+
+/// Idle slots kept for reuse; more concurrent callers than this allocate and free theirs.
+const MAX_IDLE_SLOTS: usize = 16;
+/// Smallest slot buffer, so that small calls of different sizes share one.
+const MIN_SLOT_BYTES: u64 = 1 << 16;
+
+/// The buffers of one in-flight call.
+struct Slot {
+    /// Host-visible, mapped for writing whenever the slot is idle.
+    up: wgpu::Buffer,
+    /// Device-local copy of `up`: parameter blocks (uniform) then operands (storage).
+    input: wgpu::Buffer,
+    in_cap: u64,
+    output: wgpu::Buffer,
+    /// Host-visible read-back of `output` (plus 16 bytes of timestamps).
+    down: wgpu::Buffer,
+    out_cap: u64,
+    queries: Option<(wgpu::QuerySet, wgpu::Buffer)>,
+    groups: HashMap<u64, wgpu::BindGroup>,
+    epoch: u64,
+}
+
+/// Which buffer a GEMM reads `W` from: a resident weight, or the call's own operands.
+#[derive(Clone)]
+enum WSource {
+    Weight(Arc<GpuWeight>),
+    Input,
+}
+
+impl WSource {
+    fn key(&self) -> u64 {
+        match self {
+            WSource::Weight(w) => w.serial,
+            WSource::Input => 0,
+        }
+    }
+}
+
+struct Dispatch {
+    pipeline: Arc<wgpu::ComputePipeline>,
+    w: WSource,
+    groups: (u32, u32, u32),
+}
+
+/// One call as the device sees it.
+struct Job<'a> {
+    op: &'static str,
+    params: Vec<u8>,
+    dispatches: Vec<Dispatch>,
+    inputs: Vec<&'a [f32]>,
+    /// `(offset, rows, cols)` of each result in the output buffer, in elements.
+    outputs: Vec<(usize, usize, usize)>,
+    out_len: usize,
+}
+
+fn to_u32(op: &'static str, v: usize) -> Result<u32, EngineError> {
+    u32::try_from(v).map_err(|_| EngineError::Shape {
+        op,
+        detail: format!("an offset of {v} elements exceeds what one call can address"),
+    })
+}
+
+fn ceil_div(a: usize, b: u32) -> usize {
+    a.div_ceil(b as usize)
+}
+
+impl WgpuEngine {
+    /// Opens the adapter `spec` names (`vulkan`, `vulkan:N`, `vulkan:<name>`).
+    pub fn open(spec: &str, cfg: WgpuConfig) -> Result<Self, EngineError> {
+        Self::open_adapter(&spec.parse::<AdapterSpec>()?, cfg)
+    }
+
+    pub fn open_adapter(spec: &AdapterSpec, cfg: WgpuConfig) -> Result<Self, EngineError> {
+        let gpu = Gpu::open(spec)?;
+        let device = &gpu.device;
+        let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("gelo-call"),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: true,
+                        min_binding_size: NonZeroU64::new(PARAMS_BYTES),
+                    },
+                    count: None,
+                },
+                storage(1, true),
+                storage(2, true),
+                storage(3, false),
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("gelo-call"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let lim = &gpu.limits;
+        let tiles: Vec<Tile> = TILES
+            .iter()
+            .copied()
+            .filter(|t| {
+                t.threads() <= lim.max_compute_invocations_per_workgroup
+                    && t.bm / t.tm <= lim.max_compute_workgroup_size_y
+                    && t.bn / t.tn <= lim.max_compute_workgroup_size_x
+                    && t.shared_bytes() <= lim.max_compute_workgroup_storage_size
+            })
+            .collect();
+        if tiles.is_empty() {
+            return Err(EngineError::NoAdapter(format!(
+                "{}: the device's compute limits fit none of the engine's tiles",
+                gpu.adapter
+            )));
+        }
+        let parallel = cfg.parallel_workgroups.map(f64::from).unwrap_or(match gpu.adapter.device_type {
+            // About two resident workgroups per compute unit of a large discrete GPU.
+            wgpu::DeviceType::DiscreteGpu => 256.0,
+            wgpu::DeviceType::Cpu => {
+                std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(4.0)
+            }
+            _ => 64.0,
+        });
+        let timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let softmax = gpu.scoped("compile", || compile(device, &pipeline_layout, "softmax", &shaders::softmax_wgsl()))?;
+        Ok(WgpuEngine {
+            gpu,
+            cfg,
+            layout,
+            pipeline_layout,
+            gemm: Mutex::default(),
+            softmax: Arc::new(softmax),
+            tiles,
+            pinned_tile: RwLock::new(None),
+            parallel,
+            weights: RwLock::default(),
+            resident: AtomicU64::new(0),
+            serial: AtomicU64::new(1),
+            epoch: AtomicU64::new(0),
+            slots: Mutex::default(),
+            timestamps,
+            stats: Mutex::default(),
+        })
+    }
+
+    /// The adapter this engine runs on.
+    pub fn adapter(&self) -> &AdapterSummary {
+        &self.gpu.adapter
+    }
+
+    /// Bytes of weights resident on the device.
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident.load(Ordering::Relaxed)
+    }
+
+    /// The tiles this device can run, largest first.
+    pub fn tiles(&self) -> &[Tile] {
+        &self.tiles
+    }
+
+    /// Forces one tile for every GEMM (benchmarks), or returns to automatic choice.
+    pub fn pin_tile(&self, tile: Option<Tile>) -> Result<(), EngineError> {
+        if let Some(t) = tile {
+            if !self.tiles.contains(&t) {
+                return Err(EngineError::Backend(format!("tile {} is not available on this device", t.name())));
+            }
+        }
+        *self.pinned_tile.write().expect("tile lock poisoned") = tile;
+        Ok(())
+    }
+
+    /// The tile a `m×n` product (of `batch` independent ones) runs with.
+    pub fn tile_for(&self, m: usize, n: usize, batch: usize) -> Tile {
+        if let Some(t) = *self.pinned_tile.read().expect("tile lock poisoned") {
+            return t;
+        }
+        // Time ≈ waves of workgroups × work per workgroup ÷ the tile's efficiency (larger
+        // tiles reuse each loaded element more often). Small products pick small tiles so
+        // that enough workgroups exist to occupy the device.
+        let cost = |t: &Tile| {
+            let wgs = (ceil_div(m, t.bm) * ceil_div(n, t.bn) * batch) as f64;
+            // Smaller workgroups fit more at once on a compute unit.
+            let resident = self.parallel * 256.0 / f64::from(t.threads());
+            let waves = (wgs / resident).ceil();
+            let area = f64::from(t.bm * t.bn);
+            let eff = (f64::from(t.tm * t.tn) / 64.0).powf(0.5) * (area / 16384.0).powf(0.15);
+            waves * area / eff
+        };
+        *self
+            .tiles
+            .iter()
+            .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+            .expect("at least one tile")
+    }
+
+    /// Summed call timings since the last reset.
+    pub fn stats(&self) -> CallStats {
+        *self.stats.lock().expect("stats poisoned")
+    }
+
+    pub fn reset_stats(&self) {
+        *self.stats.lock().expect("stats poisoned") = CallStats::default();
+    }
+
+    /// Whether [`CallStats::gpu_ns`] is measured on this device.
+    pub fn has_gpu_timestamps(&self) -> bool {
+        self.timestamps
+    }
+
+    /// Destroys the device as a driver reset would. Every later call returns
+    /// [`EngineError::DeviceLost`]: the path a service takes to report itself unhealthy.
+    #[doc(hidden)]
+    pub fn lose_device(&self) {
+        self.gpu.destroy();
+    }
+
+    fn pipeline(&self, key: GemmKey) -> Result<Arc<wgpu::ComputePipeline>, EngineError> {
+        let mut cache = self.gemm.lock().expect("pipeline cache poisoned");
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let label = format!("gemm {} {:?} {:?}", key.tile.name(), key.layout, key.wtype);
+        let src = shaders::gemm_wgsl(&key);
+        let p = Arc::new(
+            self.gpu.scoped("compile", || compile(&self.gpu.device, &self.pipeline_layout, &label, &src))?,
+        );
+        cache.insert(key, p.clone());
+        Ok(p)
+    }
+
+    fn weight(&self, id: &WeightId) -> Result<Arc<GpuWeight>, EngineError> {
+        self.weights
+            .read()
+            .expect("weight table poisoned")
+            .get(id)
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownWeight(id.clone()))
+    }
+
+    /// Adds one GEMM dispatch to `job`.
+    #[allow(clippy::too_many_arguments)]
+    fn push_gemm(
+        &self,
+        job: &mut Job<'_>,
+        w: WSource,
+        layout: WeightLayout,
+        wtype: WeightType,
+        p: GemmParams,
+        batch: usize,
+    ) -> Result<(), EngineError> {
+        let (m, n) = (p.m as usize, p.n as usize);
+        let tile = self.tile_for(m, n, batch);
+        let groups = (ceil_div(n, tile.bn), ceil_div(m, tile.bm), batch);
+        let max = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
+        if groups.0 > max || groups.1 > max || groups.2 > max {
+            return Err(EngineError::Shape {
+                op: job.op,
+                detail: format!("{m}x{n} product (batch {batch}) needs more workgroups than a dispatch allows"),
+            });
+        }
+        let pipeline = self.pipeline(GemmKey { tile, layout, wtype })?;
+        job.params.extend_from_slice(bytemuck::bytes_of(&p));
+        job.params.resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
+        job.dispatches.push(Dispatch { pipeline, w, groups: (groups.0 as u32, groups.1 as u32, groups.2 as u32) });
+        Ok(())
+    }
+
+    fn take_slot(&self, in_bytes: u64, out_bytes: u64) -> Result<Slot, EngineError> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let reuse = {
+            let mut idle = self.slots.lock().expect("slot pool poisoned");
+            // Prefer a slot that is already large enough.
+            let pos = idle.iter().position(|s| s.in_cap >= in_bytes && s.out_cap >= out_bytes);
+            match pos {
+                Some(i) => Some(idle.swap_remove(i)),
+                None => idle.pop(),
+            }
+        };
+        let mut slot = match reuse {
+            Some(s) => s,
+            None => self.new_slot(in_bytes, out_bytes)?,
+        };
+        if slot.in_cap < in_bytes || slot.out_cap < out_bytes {
+            slot = self.new_slot(in_bytes.max(slot.in_cap), out_bytes.max(slot.out_cap))?;
+        }
+        if slot.epoch != epoch {
+            slot.groups.clear();
+            slot.epoch = epoch;
+        }
+        Ok(slot)
+    }
+
+    fn new_slot(&self, in_bytes: u64, out_bytes: u64) -> Result<Slot, EngineError> {
+        let in_cap = in_bytes.max(MIN_SLOT_BYTES).next_power_of_two();
+        let out_cap = out_bytes.max(MIN_SLOT_BYTES).next_power_of_two();
+        let d = &self.gpu.device;
+        self.gpu.scoped("allocate call buffers", || {
+            let buf = |label, size, usage, mapped| {
+                d.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: mapped })
+            };
+            use wgpu::BufferUsages as U;
+            let queries = self.timestamps.then(|| {
+                let set = d.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("gelo-timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: 2,
+                });
+                (set, buf("gelo-resolve", 256, U::QUERY_RESOLVE | U::COPY_SRC, false))
+            });
+            Slot {
+                up: buf("gelo-up", in_cap, U::MAP_WRITE | U::COPY_SRC, true),
+                input: buf("gelo-input", in_cap, U::UNIFORM | U::STORAGE | U::COPY_DST, false),
+                in_cap,
+                output: buf("gelo-output", out_cap, U::STORAGE | U::COPY_SRC, false),
+                down: buf("gelo-down", out_cap + 256, U::MAP_READ | U::COPY_DST, false),
+                out_cap,
+                queries,
+                groups: HashMap::new(),
+                epoch: self.epoch.load(Ordering::Acquire),
+            }
+        })
+    }
+
+    fn put_slot(&self, slot: Slot) {
+        let mut idle = self.slots.lock().expect("slot pool poisoned");
+        if idle.len() < MAX_IDLE_SLOTS {
+            idle.push(slot);
+        }
+    }
+
+    fn binding_size(&self, cap: u64) -> Option<NonZeroU64> {
+        let max = self.gpu.limits.max_storage_buffer_binding_size;
+        NonZeroU64::new(cap.min(max) & !3)
+    }
+
+    fn bind_group(&self, slot: &mut Slot, w: &WSource) -> wgpu::BindGroup {
+        if let Some(g) = slot.groups.get(&w.key()) {
+            return g.clone();
+        }
+        let whole = |buffer, cap| {
+            wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 0, size: self.binding_size(cap) })
+        };
+        let w_res = match w {
+            WSource::Weight(w) => whole(&w.buffer, w.bytes.next_multiple_of(4)),
+            WSource::Input => whole(&slot.input, slot.in_cap),
+        };
+        let g = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("gelo-call"),
+            layout: &self.layout,
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &slot.input,
+                        offset: 0,
+                        size: NonZeroU64::new(PARAMS_BYTES),
+                    }),
+                },
+                wgpu::BindGroupEntry { binding: 1, resource: whole(&slot.input, slot.in_cap) },
+                wgpu::BindGroupEntry { binding: 2, resource: w_res },
+                wgpu::BindGroupEntry { binding: 3, resource: whole(&slot.output, slot.out_cap) },
+            ],
+        });
+        if slot.groups.len() >= 64 {
+            slot.groups.clear();
+        }
+        slot.groups.insert(w.key(), g.clone());
+        g
+    }
+
+    /// Runs one call: upload, every dispatch, read-back, one wait.
+    fn execute(&self, job: Job<'_>) -> Result<Vec<Matrix>, EngineError> {
+        self.gpu.check_alive()?;
+        let t0 = Instant::now();
+        let op = job.op;
+        let in_bytes =
+            job.params.len() as u64 + job.inputs.iter().map(|s| s.len() as u64 * 4).sum::<u64>();
+        let out_bytes = (job.out_len as u64 * 4).max(4);
+        let max_binding = self.gpu.limits.max_storage_buffer_binding_size;
+        if in_bytes > max_binding || out_bytes > max_binding {
+            return Err(EngineError::OutOfMemory(format!(
+                "{op}: {in_bytes} bytes in and {out_bytes} out exceed the device's largest binding ({max_binding})"
+            )));
+        }
+        let mut slot = self.take_slot(in_bytes, out_bytes)?;
+
+        // 1. Pack parameters and operands straight into the mapped upload buffer.
+        {
+            let mut view = slot
+                .up
+                .slice(..in_bytes)
+                .get_mapped_range_mut()
+                .map_err(|e| self.gpu.classify(op, format!("upload buffer not mapped: {e}")))?;
+            // Write-only view: the mapping may be write-combining memory, never read back.
+            let mut at = job.params.len();
+            view.slice(..at).copy_from_slice(&job.params);
+            for s in &job.inputs {
+                view.slice(at..at + s.len() * 4).copy_from_slice(bytemuck::cast_slice(s));
+                at += s.len() * 4;
+            }
+        }
+        slot.up.unmap();
+
+        // 2. One command buffer: upload copy, all dispatches, read-back copy.
+        let groups: Vec<wgpu::BindGroup> = job.dispatches.iter().map(|d| self.bind_group(&mut slot, &d.w)).collect();
+        let ts_offset = out_bytes.next_multiple_of(8);
+        let index = self.gpu.scoped(op, || {
+            let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+            enc.copy_buffer_to_buffer(&slot.up, 0, &slot.input, 0, in_bytes);
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(op),
+                    timestamp_writes: slot.queries.as_ref().map(|(set, _)| wgpu::ComputePassTimestampWrites {
+                        query_set: set,
+                        beginning_of_pass_write_index: Some(0),
+                        end_of_pass_write_index: Some(1),
+                    }),
+                });
+                for (i, (d, g)) in job.dispatches.iter().zip(&groups).enumerate() {
+                    pass.set_pipeline(&d.pipeline);
+                    pass.set_bind_group(0, g, &[(i as u64 * PARAMS_BYTES) as u32]);
+                    pass.dispatch_workgroups(d.groups.0, d.groups.1, d.groups.2);
+                }
+            }
+            enc.copy_buffer_to_buffer(&slot.output, 0, &slot.down, 0, out_bytes);
+            if let Some((set, resolve)) = &slot.queries {
+                enc.resolve_query_set(set, 0..2, resolve, 0);
+                enc.copy_buffer_to_buffer(resolve, 0, &slot.down, ts_offset, 16);
+            }
+            self.gpu.queue.submit([enc.finish()])
+        })?;
+        let t1 = Instant::now();
+
+        // 3. Map the read-back, and the upload buffer again for the slot's next call.
+        let (tx, rx) = mpsc::channel();
+        let down_len = if slot.queries.is_some() { ts_offset + 16 } else { out_bytes };
+        let tx2 = tx.clone();
+        slot.up.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+            let _ = tx.send(r);
+        });
+        slot.down.slice(..down_len).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx2.send(r);
+        });
+        for r in self.gpu.wait(index, &rx, 2)? {
+            r.map_err(|e| self.gpu.classify(op, format!("mapping a call buffer: {e}")))?;
+        }
+        let t2 = Instant::now();
+
+        // 4. Results out of the mapped read-back.
+        let mut gpu_ns = None;
+        let out = {
+            let view = slot
+                .down
+                .slice(..down_len)
+                .get_mapped_range()
+                .map_err(|e| self.gpu.classify(op, format!("read-back not mapped: {e}")))?;
+            if slot.queries.is_some() {
+                let ts: Vec<u64> = bytemuck::pod_collect_to_vec(&view[ts_offset as usize..ts_offset as usize + 16]);
+                let ticks = ts[1].saturating_sub(ts[0]);
+                gpu_ns = Some((ticks as f64 * f64::from(self.gpu.queue.get_timestamp_period())) as u64);
+            }
+            job.outputs
+                .iter()
+                .map(|&(off, rows, cols)| {
+                    let data: Vec<f32> = bytemuck::pod_collect_to_vec(&view[off * 4..(off + rows * cols) * 4]);
+                    Matrix::from_vec(rows, cols, data).expect("output sized to its shape")
+                })
+                .collect::<Vec<_>>()
+        };
+        slot.down.unmap();
+        self.put_slot(slot);
+        let t3 = Instant::now();
+
+        let mut st = self.stats.lock().expect("stats poisoned");
+        st.calls += 1;
+        st.host_ns += (t1 - t0).as_nanos() as u64;
+        st.wait_ns += (t2 - t1).as_nanos() as u64;
+        st.readback_ns += (t3 - t2).as_nanos() as u64;
+        if let Some(g) = gpu_ns {
+            st.gpu_ns += g;
+            st.gpu_timed_calls += 1;
+        }
+        st.bytes_up += in_bytes;
+        st.bytes_down += out_bytes;
+        Ok(out)
+    }
+
+    fn dynamic_job<'a>(
+        &self,
+        pairs: &[(&'a Masked, &'a Masked)],
+        transpose_b: bool,
+    ) -> Result<Job<'a>, EngineError> {
+        let op = "matmul_dynamic";
+        let shapes = pairs.iter().map(|(a, b)| dynamic_shape(a, b, transpose_b)).collect::<Result<Vec<_>, _>>()?;
+        let uniform = shapes.windows(2).all(|w| w[0] == w[1]);
+        let count = if uniform { 1 } else { pairs.len() };
+        let base = count * PARAMS_BYTES as usize / 4;
+        let mut job = Job {
+            op,
+            params: Vec::new(),
+            dispatches: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            out_len: 0,
+        };
+        // Operands: every `a`, then every `b`; results consecutive.
+        let a_offs: Vec<usize> = shapes.iter().scan(base, |o, &(m, k, _)| { let r = *o; *o += m * k; Some(r) }).collect();
+        let b_start = a_offs.last().map_or(base, |&l| l + shapes.last().map_or(0, |s| s.0 * s.1));
+        let b_offs: Vec<usize> = shapes.iter().scan(b_start, |o, &(_, k, n)| { let r = *o; *o += k * n; Some(r) }).collect();
+        for (a, _) in pairs {
+            job.inputs.push(a.matrix().as_slice());
+        }
+        for (_, b) in pairs {
+            job.inputs.push(b.matrix().as_slice());
+        }
+        for &(m, _, n) in &shapes {
+            job.outputs.push((job.out_len, m, n));
+            job.out_len += m * n;
+        }
+        let o_offs: Vec<usize> = job.outputs.iter().map(|o| o.0).collect();
+        let layout = if transpose_b { WeightLayout::OutIn } else { WeightLayout::InOut };
+        let params = |i: usize| -> Result<GemmParams, EngineError> {
+            let (m, k, n) = shapes[i];
+            Ok(GemmParams {
+                m: to_u32(op, m)?,
+                n: to_u32(op, n)?,
+                k: to_u32(op, k)?,
+                x_off: to_u32(op, a_offs[i])?,
+                x_ld: to_u32(op, k)?,
+                x_bs: to_u32(op, m * k)?,
+                w_off: to_u32(op, b_offs[i])?,
+                w_ld: to_u32(op, if transpose_b { k } else { n })?,
+                w_bs: to_u32(op, k * n)?,
+                o_off: to_u32(op, o_offs[i])?,
+                o_ld: to_u32(op, n)?,
+                o_bs: to_u32(op, m * n)?,
+                ..Default::default()
+            })
+        };
+        if uniform {
+            let p = params(0)?;
+            self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, pairs.len())?;
+        } else {
+            for i in 0..pairs.len() {
+                let p = params(i)?;
+                self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, 1)?;
+            }
+        }
+        Ok(job)
+    }
+}
+
+fn compile(
+    device: &wgpu::Device,
+    layout: &wgpu::PipelineLayout,
+    label: &str,
+    src: &str,
+) -> wgpu::ComputePipeline {
+    // SAFETY: the generated kernels guard every global access against the shape in their
+    // parameter block, workgroup-memory indices are in range by construction, and the host
+    // sizes every buffer for the shapes it writes into that block. Without the compiler's
+    // own clamps and loop counters the inner product is a few instructions shorter.
+    let module = unsafe {
+        device.create_shader_module_trusted(
+            wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(src.into()) },
+            wgpu::ShaderRuntimeChecks::unchecked(),
+        )
+    };
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(label),
+        layout: Some(layout),
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
+impl Engine for WgpuEngine {
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            kind: "vulkan".into(),
+            device: self.gpu.adapter.name.clone(),
+            driver: self.gpu.adapter.driver.clone(),
+            memory_bytes: self.gpu.memory_bytes,
+            // Operands and accumulation stay f32 in every kernel; a 16-bit weight's own
+            // rounding is reported per weight by `register`.
+            operand_precision: Precision::F32,
+        }
+    }
+
+    fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
+        weight.check(&id)?;
+        self.gpu.check_alive()?;
+        if self.weights.read().expect("weight table poisoned").contains_key(&id) {
+            return Err(EngineError::DuplicateWeight(id));
+        }
+        let storage = weights::storage_for(&weight.data, self.cfg.f32_weights_as);
+        let bytes = weights::stored_bytes(&weight, storage);
+        let lim = &self.gpu.limits;
+        let largest = lim.max_buffer_size.min(lim.max_storage_buffer_binding_size);
+        if bytes > largest {
+            return Err(EngineError::OutOfMemory(format!(
+                "weight `{id}` needs {bytes} bytes; the device's largest buffer binding is {largest}"
+            )));
+        }
+        let budget = self.cfg.memory_budget.or(self.gpu.memory_bytes).unwrap_or(u64::MAX);
+        let resident = self.resident.load(Ordering::Relaxed);
+        if resident + bytes > budget {
+            return Err(EngineError::OutOfMemory(format!(
+                "weight `{id}` needs {bytes} bytes; {resident} of the {budget}-byte budget are in use"
+            )));
+        }
+        let (_, contig) = weights::stored_shape(&weight);
+        let mut packed = vec![0u8; bytes.next_multiple_of(4) as usize];
+        weights::pack_into(&weight, storage, &mut packed[..bytes as usize]);
+        let buffer = self.gpu.scoped("register", || {
+            let buffer = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(id.as_str()),
+                size: bytes.next_multiple_of(4),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: true,
+            });
+            buffer
+        })?;
+        {
+            let mut view = buffer
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| self.gpu.classify("register", e.to_string()))?;
+            view.copy_from_slice(&packed);
+        }
+        buffer.unmap();
+        // Start the copy to device memory now rather than with the next product.
+        self.gpu.scoped("register", || self.gpu.queue.submit([]))?;
+        let w = GpuWeight {
+            serial: self.serial.fetch_add(1, Ordering::Relaxed),
+            buffer,
+            d_in: weight.d_in,
+            d_out: weight.d_out,
+            layout: weight.layout,
+            wtype: weights::wtype(storage),
+            ld: weights::stored_ld(contig, storage),
+            bytes,
+        };
+        let mut table = self.weights.write().expect("weight table poisoned");
+        if table.contains_key(&id) {
+            return Err(EngineError::DuplicateWeight(id));
+        }
+        table.insert(id, Arc::new(w));
+        self.resident.fetch_add(bytes, Ordering::Relaxed);
+        Ok(Registered { storage })
+    }
+
+    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
+        let w = self
+            .weights
+            .write()
+            .expect("weight table poisoned")
+            .remove(id)
+            .ok_or_else(|| EngineError::UnknownWeight(id.clone()))?;
+        self.resident.fetch_sub(w.bytes, Ordering::Relaxed);
+        // Idle slots drop their bind groups now; busy ones when they are next taken.
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for s in self.slots.lock().expect("slot pool poisoned").iter_mut() {
+            s.groups.clear();
+        }
+        Ok(())
+    }
+
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+        let ws = ids.iter().map(|id| self.weight(id)).collect::<Result<Vec<_>, _>>()?;
+        for w in &ws {
+            check_operand("matmul", x, w.d_in)?;
+        }
+        if ws.is_empty() {
+            return Ok(Vec::new());
+        }
+        let op = "matmul";
+        let (m, k) = (x.rows(), x.cols());
+        let mut job = Job {
+            op,
+            params: Vec::new(),
+            dispatches: Vec::new(),
+            inputs: vec![x.matrix().as_slice()],
+            outputs: Vec::new(),
+            out_len: 0,
+        };
+        let x_off = ws.len() * PARAMS_BYTES as usize / 4;
+        for w in &ws {
+            let o_off = job.out_len;
+            job.outputs.push((o_off, m, w.d_out));
+            job.out_len += m * w.d_out;
+            let p = GemmParams {
+                m: to_u32(op, m)?,
+                n: to_u32(op, w.d_out)?,
+                k: to_u32(op, k)?,
+                x_off: to_u32(op, x_off)?,
+                x_ld: to_u32(op, k)?,
+                w_ld: to_u32(op, w.ld)?,
+                o_off: to_u32(op, o_off)?,
+                o_ld: to_u32(op, w.d_out)?,
+                ..Default::default()
+            };
+            self.push_gemm(&mut job, WSource::Weight(w.clone()), w.layout, w.wtype, p, 1)?;
+        }
+        Ok(self.execute(job)?.into_iter().map(Masked::from_mixed).collect())
+    }
+
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+        let job = self.dynamic_job(&[(a, b)], transpose_b)?;
+        let mut out = self.execute(job)?;
+        Ok(Masked::from_mixed(out.pop().expect("one pair, one product")))
+    }
+
+    fn matmul_dynamic_batched(
+        &self,
+        pairs: &[(&Masked, &Masked)],
+        transpose_b: bool,
+    ) -> Result<Vec<Masked>, EngineError> {
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let job = self.dynamic_job(pairs, transpose_b)?;
+        Ok(self.execute(job)?.into_iter().map(Masked::from_mixed).collect())
+    }
+
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+        let op = "softmax_rows";
+        let (rows, cols) = (x.rows(), x.cols());
+        if rows == 0 || cols == 0 {
+            return Err(EngineError::Empty(op));
+        }
+        let max = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
+        let grid_x = rows.min(max);
+        let grid_y = rows.div_ceil(grid_x);
+        if grid_y > max {
+            return Err(EngineError::Shape { op, detail: format!("{rows} rows exceed one dispatch") });
+        }
+        let p = SoftmaxParams {
+            rows: to_u32(op, rows)?,
+            cols: to_u32(op, cols)?,
+            scale,
+            grid_x: grid_x as u32,
+            x_off: (PARAMS_BYTES / 4) as u32,
+            o_off: 0,
+            ..Default::default()
+        };
+        let mut params = bytemuck::bytes_of(&p).to_vec();
+        params.resize(PARAMS_BYTES as usize, 0);
+        let job = Job {
+            op,
+            params,
+            dispatches: vec![Dispatch {
+                pipeline: self.softmax.clone(),
+                w: WSource::Input,
+                groups: (grid_x as u32, grid_y as u32, 1),
+            }],
+            inputs: vec![x.matrix().as_slice()],
+            outputs: vec![(0, rows, cols)],
+            out_len: rows * cols,
+        };
+        let mut out = self.execute(job)?;
+        Ok(Masked::from_mixed(out.pop().expect("one output")))
+    }
+}

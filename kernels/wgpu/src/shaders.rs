@@ -1,0 +1,398 @@
+//! WGSL source of the engine's kernels, generated per tile shape, weight layout and weight
+//! element type.
+//!
+//! The GEMM is the classic register-blocked SGEMM: a workgroup owns a `BM×BN` tile of the
+//! output, stages `BM×BK` of `X` and `BK×BN` of `W` in workgroup memory, and each thread
+//! accumulates a `TM×TN` block in registers. The next `BK` slice is fetched into registers
+//! while the current one is multiplied, so global-memory latency overlaps arithmetic. The
+//! inner product is generated unrolled over named `vec4` accumulators so that no driver has
+//! to prove an array fits in registers. Weights stay in the layout they were registered in
+//! (`InOut` or PyTorch's `OutIn`): only the tile loader differs. 16-bit weights are stored
+//! two per `u32` and widened in the loader, which needs no `shader-f16` device feature and
+//! keeps every product in f32.
+
+use std::fmt::Write;
+
+use kernels::WeightLayout;
+
+/// Bytes of one dispatch's parameter block: the uniform binding's dynamic-offset stride.
+pub(crate) const PARAMS_BYTES: u64 = 256;
+
+/// Threads of a softmax workgroup (one workgroup per row).
+pub(crate) const SOFTMAX_THREADS: u32 = 128;
+
+/// How a weight's elements are stored on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightType {
+    F32,
+    /// IEEE binary16, two per `u32` word, rows padded to an even length.
+    F16,
+    /// bfloat16, two per `u32` word, rows padded to an even length. Widening is a shift,
+    /// so products equal those of the f32 values exactly.
+    Bf16,
+}
+
+/// Output tile of one workgroup and the per-thread register block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub tm: u32,
+    pub tn: u32,
+}
+
+impl Tile {
+    pub const fn new(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Self {
+        Tile { bm, bn, bk, tm, tn }
+    }
+
+    pub fn threads(&self) -> u32 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+
+    /// Workgroup memory the tile stages (both operands, padded rows).
+    pub fn shared_bytes(&self) -> u32 {
+        4 * self.bk * ((self.bm + 4) + (self.bn + 4))
+    }
+
+    /// Whether the generator supports this shape: `vec4` register blocks, loads that divide
+    /// evenly among the threads.
+    pub fn is_valid(&self) -> bool {
+        let t = self.threads();
+        [self.tm, self.tn].iter().all(|&v| v == 4 || v == 8)
+            && self.bm % self.tm == 0
+            && self.bn % self.tn == 0
+            && (self.bm * self.bk) % t == 0
+            && (self.bn * self.bk) % t == 0
+            && t >= 16
+    }
+
+    pub fn name(&self) -> String {
+        format!("{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
+    }
+}
+
+/// The tiles the engine chooses among, largest first.
+pub const TILES: [Tile; 6] = [
+    Tile::new(128, 128, 16, 8, 8),
+    Tile::new(64, 128, 16, 8, 8),
+    Tile::new(64, 64, 16, 4, 4),
+    Tile::new(32, 64, 32, 4, 4),
+    Tile::new(16, 64, 32, 4, 4),
+    Tile::new(16, 32, 32, 4, 4),
+];
+
+/// What one GEMM pipeline is specialised for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmKey {
+    pub tile: Tile,
+    pub layout: WeightLayout,
+    pub wtype: WeightType,
+}
+
+impl std::hash::Hash for GemmKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.tile.hash(state);
+        matches!(self.layout, WeightLayout::OutIn).hash(state);
+        self.wtype.hash(state);
+    }
+}
+
+/// The uniform block every GEMM dispatch reads (16-byte rows, as WGSL lays them out).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct GemmParams {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub _p0: u32,
+    /// Offset (elements) of `X` in its binding, its row stride and batch stride.
+    pub x_off: u32,
+    pub x_ld: u32,
+    pub x_bs: u32,
+    pub _p1: u32,
+    /// Offset, row stride and batch stride of `W` (elements, also for packed 16-bit).
+    pub w_off: u32,
+    pub w_ld: u32,
+    pub w_bs: u32,
+    pub _p2: u32,
+    pub o_off: u32,
+    pub o_ld: u32,
+    pub o_bs: u32,
+    pub _p3: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct SoftmaxParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub scale: f32,
+    /// Workgroups along x: rows are spread over a 2-D grid past the 65535 limit.
+    pub grid_x: u32,
+    pub x_off: u32,
+    pub o_off: u32,
+    pub _p0: u32,
+    pub _p1: u32,
+}
+
+const BINDINGS: &str = r#"
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> xs: array<f32>;
+@group(0) @binding(3) var<storage, read_write> os: array<f32>;
+"#;
+
+/// WGSL of the GEMM `O[b] = X[b] · W[b]` for one key.
+pub fn gemm_wgsl(key: &GemmKey) -> String {
+    let Tile { bm, bn, bk, tm, tn } = key.tile;
+    let (wx, wy) = (bn / tn, bm / tm);
+    let threads = wx * wy;
+    let (sa, sb) = (bm + 4, bn + 4);
+    let (lx, lw) = (bm * bk / threads, bn * bk / threads);
+    let mut s = String::new();
+    let w = &mut s;
+    let wty = if key.wtype == WeightType::F32 { "f32" } else { "u32" };
+    writeln!(
+        w,
+        "struct Params {{ m: u32, n: u32, k: u32, p0: u32, x_off: u32, x_ld: u32, x_bs: u32, p1: u32,
+  w_off: u32, w_ld: u32, w_bs: u32, p2: u32, o_off: u32, o_ld: u32, o_bs: u32, p3: u32 }}"
+    )
+    .unwrap();
+    w.push_str(BINDINGS);
+    writeln!(w, "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;").unwrap();
+    writeln!(
+        w,
+        "const BM: u32 = {bm}u; const BN: u32 = {bn}u; const BK: u32 = {bk}u;
+const WX: u32 = {wx}u; const WY: u32 = {wy}u; const T: u32 = {threads}u;
+const SA: u32 = {sa}u; const SB: u32 = {sb}u;
+var<workgroup> sa: array<vec4<f32>, {}>;
+var<workgroup> sb: array<vec4<f32>, {}>;",
+        bk * sa / 4,
+        bk * sb / 4
+    )
+    .unwrap();
+
+    // Element `e` (row-major index into the weight's storage, offsets included) as f32.
+    let load = match key.wtype {
+        WeightType::F32 => "ws[e]".to_string(),
+        WeightType::F16 => "unpack2x16float(ws[e >> 1u])[e & 1u]".to_string(),
+        WeightType::Bf16 => {
+            "bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u))"
+                .to_string()
+        }
+    };
+    writeln!(w, "fn wload(e: u32) -> f32 {{ return {load}; }}").unwrap();
+
+    writeln!(
+        w,
+        "@compute @workgroup_size({wx}, {wy}, 1)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let tx = lid.x; let ty = lid.y; let tid = ty * WX + tx;
+  let m0 = wid.y * BM; let n0 = wid.x * BN;
+  let xb = p.x_off + wid.z * p.x_bs;
+  let wb = p.w_off + wid.z * p.w_bs;
+  let ob = p.o_off + wid.z * p.o_bs;"
+    )
+    .unwrap();
+    let (gm, gn) = (tm / 4, tn / 4);
+    for r in 0..tm {
+        for h in 0..gn {
+            writeln!(w, "  var c{r}_{h} = vec4<f32>(0.0);").unwrap();
+        }
+    }
+    for i in 0..lx {
+        writeln!(w, "  var rx{i}: f32;").unwrap();
+    }
+    for i in 0..lw {
+        writeln!(w, "  var rw{i}: f32;").unwrap();
+    }
+    // Global → registers for the slice starting at k0; out-of-range elements load as 0.
+    let mut fetch = String::new();
+    for i in 0..lx {
+        let e = i * threads;
+        writeln!(
+            fetch,
+            "    {{ let e = tid + {e}u; let r = m0 + e / BK; let c = k0 + e % BK;
+      rx{i} = 0.0; if (r < p.m && c < p.k) {{ rx{i} = xs[xb + r * p.x_ld + c]; }} }}"
+        )
+        .unwrap();
+    }
+    for i in 0..lw {
+        let e = i * threads;
+        let (kk, col, idx) = match key.layout {
+            WeightLayout::InOut => ("e / BN", "e % BN", "wb + kg * p.w_ld + ng"),
+            WeightLayout::OutIn => ("e % BK", "e / BK", "wb + ng * p.w_ld + kg"),
+        };
+        writeln!(
+            fetch,
+            "    {{ let e = tid + {e}u; let kg = k0 + {kk}; let ng = n0 + {col};
+      rw{i} = 0.0; if (kg < p.k && ng < p.n) {{ rw{i} = wload({idx}); }} }}"
+        )
+        .unwrap();
+    }
+    // Registers → workgroup memory, transposed so the inner loop reads rows as vec4.
+    let mut stash = String::new();
+    for i in 0..lx {
+        let e = i * threads;
+        writeln!(
+            stash,
+            "    {{ let e = tid + {e}u; let i = (e % BK) * SA + e / BK; sa[i >> 2u][i & 3u] = rx{i}; }}"
+        )
+        .unwrap();
+    }
+    for i in 0..lw {
+        let e = i * threads;
+        let (kk, col) = match key.layout {
+            WeightLayout::InOut => ("e / BN", "e % BN"),
+            WeightLayout::OutIn => ("e % BK", "e / BK"),
+        };
+        writeln!(
+            stash,
+            "    {{ let e = tid + {e}u; let i = ({kk}) * SB + {col}; sb[i >> 2u][i & 3u] = rw{i}; }}"
+        )
+        .unwrap();
+    }
+
+    writeln!(w, "  var k0 = 0u;\n{fetch}  loop {{\n    if (k0 >= p.k) {{ break; }}\n{stash}    workgroupBarrier();\n    k0 += BK;\n    if (k0 < p.k) {{\n{fetch}    }}").unwrap();
+    writeln!(w, "    for (var kk = 0u; kk < BK; kk++) {{").unwrap();
+    for g in 0..gm {
+        writeln!(w, "      let a{g} = sa[kk * (SA / 4u) + {}u * WY + ty];", g).unwrap();
+    }
+    for h in 0..gn {
+        writeln!(w, "      let b{h} = sb[kk * (SB / 4u) + {}u * WX + tx];", h).unwrap();
+    }
+    let comp = ["x", "y", "z", "w"];
+    for g in 0..gm {
+        for (i, cmp) in comp.iter().enumerate() {
+            let r = g * 4 + i as u32;
+            for h in 0..gn {
+                writeln!(w, "      c{r}_{h} = fma(vec4<f32>(a{g}.{cmp}), b{h}, c{r}_{h});").unwrap();
+            }
+        }
+    }
+    writeln!(w, "    }}\n    workgroupBarrier();\n  }}").unwrap();
+
+    // Thread (tx, ty) owns rows g*4*WY + 4*ty + i and columns h*4*WX + 4*tx + j.
+    for g in 0..gm {
+        for i in 0..4 {
+            let r = g * 4 + i;
+            writeln!(w, "  {{ let row = m0 + {}u * WY + 4u * ty + {i}u;\n    if (row < p.m) {{", g * 4)
+                .unwrap();
+            for h in 0..gn {
+                writeln!(
+                    w,
+                    "      {{ let col = n0 + {}u * WX + 4u * tx; let o = ob + row * p.o_ld + col;
+        if (col + 3u < p.n) {{ os[o] = c{r}_{h}.x; os[o + 1u] = c{r}_{h}.y; os[o + 2u] = c{r}_{h}.z; os[o + 3u] = c{r}_{h}.w; }}
+        else {{ if (col < p.n) {{ os[o] = c{r}_{h}.x; }} if (col + 1u < p.n) {{ os[o + 1u] = c{r}_{h}.y; }} if (col + 2u < p.n) {{ os[o + 2u] = c{r}_{h}.z; }} }} }}",
+                    h * 4
+                )
+                .unwrap();
+            }
+            writeln!(w, "    }}\n  }}").unwrap();
+        }
+    }
+    w.push_str("}\n");
+    s
+}
+
+/// WGSL of the row softmax `softmax(scale · x)`, one workgroup per row. A row whose every
+/// entry is −∞ (fully masked) becomes zeros, as on the CPU engine.
+pub fn softmax_wgsl() -> String {
+    let t = SOFTMAX_THREADS;
+    let mut s = String::from(
+        "struct Params { rows: u32, cols: u32, scale: f32, grid_x: u32, x_off: u32, o_off: u32, p0: u32, p1: u32 }\n",
+    );
+    s.push_str(BINDINGS);
+    write!(
+        s,
+        r#"
+const T: u32 = {t}u;
+// Below this a scaled score counts as masked out: WGSL does not promise IEEE infinities.
+const MASKED: f32 = -3.0e38;
+var<workgroup> red: array<f32, {t}>;
+
+fn reduce_max(lid: u32, v: f32) -> f32 {{
+  red[lid] = v;
+  for (var s = T / 2u; s > 0u; s = s / 2u) {{
+    workgroupBarrier();
+    if (lid < s) {{ red[lid] = max(red[lid], red[lid + s]); }}
+  }}
+  return workgroupUniformLoad(&red[0]);
+}}
+
+fn reduce_sum(lid: u32, v: f32) -> f32 {{
+  red[lid] = v;
+  for (var s = T / 2u; s > 0u; s = s / 2u) {{
+    workgroupBarrier();
+    if (lid < s) {{ red[lid] = red[lid] + red[lid + s]; }}
+  }}
+  return workgroupUniformLoad(&red[0]);
+}}
+
+@compute @workgroup_size({t}, 1, 1)
+fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let lid = lid3.x;
+  let row = wid.y * p.grid_x + wid.x;
+  if (row >= p.rows) {{ return; }}
+  let xb = p.x_off + row * p.cols;
+  let ob = p.o_off + row * p.cols;
+  var mx = -3.4e38;
+  for (var c = lid; c < p.cols; c += T) {{ mx = max(mx, xs[xb + c] * p.scale); }}
+  mx = reduce_max(lid, mx);
+  if (mx <= MASKED) {{
+    for (var c = lid; c < p.cols; c += T) {{ os[ob + c] = 0.0; }}
+    return;
+  }}
+  var sum = 0.0;
+  for (var c = lid; c < p.cols; c += T) {{
+    let v = xs[xb + c] * p.scale;
+    let e = select(exp(v - mx), 0.0, v <= MASKED);
+    os[ob + c] = e;
+    sum += e;
+  }}
+  sum = reduce_sum(lid, sum);
+  let inv = 1.0 / sum;
+  for (var c = lid; c < p.cols; c += T) {{ os[ob + c] = os[ob + c] * inv; }}
+}}
+"#
+    )
+    .unwrap();
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validate(src: &str) {
+        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
+        // Vulkan devices always have the f16-in-f32 packing builtins (`unpack2x16float`).
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32)
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+    }
+
+    #[test]
+    fn every_gemm_variant_is_valid_wgsl() {
+        for tile in TILES {
+            assert!(tile.is_valid(), "{tile:?}");
+            for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
+                for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
+                    validate(&gemm_wgsl(&GemmKey { tile, layout, wtype }));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_is_valid_wgsl() {
+        validate(&softmax_wgsl());
+    }
+
+    #[test]
+    fn params_blocks_fit_the_dynamic_offset_stride() {
+        assert!(std::mem::size_of::<GemmParams>() as u64 <= PARAMS_BYTES);
+        assert!(std::mem::size_of::<SoftmaxParams>() as u64 <= PARAMS_BYTES);
+    }
+}

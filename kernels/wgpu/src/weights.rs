@@ -1,0 +1,136 @@
+//! Public weights as the device holds them: uploaded once, in the layout they were
+//! registered in, as f32 or as two 16-bit values per `u32` word.
+
+use half::{bf16, f16};
+use kernels::{Precision, Weight, WeightData, WeightLayout};
+
+use crate::shaders::WeightType;
+
+/// A weight resident on the device.
+pub(crate) struct GpuWeight {
+    /// Unique per registration: keys the bind groups cached with it.
+    pub serial: u64,
+    pub buffer: wgpu::Buffer,
+    pub d_in: usize,
+    pub d_out: usize,
+    pub layout: WeightLayout,
+    pub wtype: WeightType,
+    /// Row stride in elements of the stored layout (even for 16-bit storage).
+    pub ld: usize,
+    pub bytes: u64,
+}
+
+/// The element type a weight is stored in: 16-bit checkpoints stay 16-bit (bf16 is widened
+/// exactly in the kernel); f32 weights are stored as `f32_as` says.
+pub(crate) fn storage_for(data: &WeightData, f32_as: Precision) -> Precision {
+    match data {
+        WeightData::F32(_) => f32_as,
+        WeightData::F16(_) => Precision::F16,
+        WeightData::Bf16(_) => Precision::Bf16,
+    }
+}
+
+pub(crate) fn wtype(p: Precision) -> WeightType {
+    match p {
+        Precision::F32 => WeightType::F32,
+        Precision::F16 => WeightType::F16,
+        Precision::Bf16 => WeightType::Bf16,
+    }
+}
+
+/// `(rows, contiguous length)` of the stored layout.
+pub(crate) fn stored_shape(w: &Weight) -> (usize, usize) {
+    match w.layout {
+        WeightLayout::InOut => (w.d_in, w.d_out),
+        WeightLayout::OutIn => (w.d_out, w.d_in),
+    }
+}
+
+/// Row stride of the stored layout: 16-bit rows are padded to an even length so that a
+/// row never starts inside a word.
+pub(crate) fn stored_ld(contig: usize, storage: Precision) -> usize {
+    match storage {
+        Precision::F32 => contig,
+        _ => contig.next_multiple_of(2),
+    }
+}
+
+/// Bytes the weight occupies on the device.
+pub(crate) fn stored_bytes(w: &Weight, storage: Precision) -> u64 {
+    let (rows, contig) = stored_shape(w);
+    let ld = stored_ld(contig, storage);
+    (rows * ld * if storage == Precision::F32 { 4 } else { 2 }) as u64
+}
+
+/// Writes the weight's stored bytes into `out` (exactly [`stored_bytes`] long), converting
+/// the element type if `storage` differs from the data's, never reordering elements.
+pub(crate) fn pack_into(w: &Weight, storage: Precision, out: &mut [u8]) {
+    let (rows, contig) = stored_shape(w);
+    let ld = stored_ld(contig, storage);
+    match storage {
+        Precision::F32 => {
+            let data = w.data.to_f32();
+            out.copy_from_slice(bytemuck::cast_slice(&data));
+        }
+        Precision::F16 | Precision::Bf16 => {
+            let bits = |i: usize| -> u16 {
+                match (&w.data, storage) {
+                    (WeightData::F16(d), Precision::F16) => d[i].to_bits(),
+                    (WeightData::Bf16(d), Precision::Bf16) => d[i].to_bits(),
+                    (WeightData::F32(d), Precision::F16) => f16::from_f32(d[i]).to_bits(),
+                    (WeightData::F32(d), _) => bf16::from_f32(d[i]).to_bits(),
+                    // A 16-bit checkpoint is always stored in its own format (`storage_for`).
+                    (WeightData::F16(d), _) => bf16::from_f32(d[i].to_f32()).to_bits(),
+                    (WeightData::Bf16(d), _) => f16::from_f32(d[i].to_f32()).to_bits(),
+                }
+            };
+            for r in 0..rows {
+                let row = &mut out[r * ld * 2..(r + 1) * ld * 2];
+                for c in 0..contig {
+                    row[2 * c..2 * c + 2].copy_from_slice(&bits(r * contig + c).to_le_bytes());
+                }
+                row[contig * 2..].fill(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn odd_rows_of_16_bit_weights_are_padded_to_whole_words() {
+        let w = Weight {
+            d_in: 3,
+            d_out: 2,
+            layout: WeightLayout::OutIn,
+            data: WeightData::F32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0].into()),
+        };
+        assert_eq!(stored_bytes(&w, Precision::F16), 2 * 4 * 2);
+        let mut out = vec![0xAA; 16];
+        pack_into(&w, Precision::F16, &mut out);
+        let halves: Vec<f32> = out
+            .chunks(2)
+            .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+            .collect();
+        assert_eq!(halves, vec![1.0, 2.0, 3.0, 0.0, 4.0, 5.0, 6.0, 0.0]);
+    }
+
+    #[test]
+    fn bf16_checkpoints_keep_their_bits() {
+        let vals = [bf16::from_f32(1.5), bf16::from_f32(-3.25e-3)];
+        let w = Weight {
+            d_in: 1,
+            d_out: 2,
+            layout: WeightLayout::InOut,
+            data: WeightData::Bf16(vals.to_vec().into()),
+        };
+        let p = storage_for(&w.data, Precision::F32);
+        assert_eq!(p, Precision::Bf16);
+        let mut out = vec![0; stored_bytes(&w, p) as usize];
+        pack_into(&w, p, &mut out);
+        assert_eq!(u16::from_le_bytes([out[0], out[1]]), vals[0].to_bits());
+        assert_eq!(u16::from_le_bytes([out[2], out[3]]), vals[1].to_bits());
+    }
+}

@@ -1,0 +1,400 @@
+//! The Vulkan engine against the CPU engine, on whatever Vulkan adapter the machine has
+//! (Mesa's lavapipe in CI). Every op, both weight layouts, f32/f16/bf16 storage, odd shapes,
+//! the typed errors, and use from several threads at once.
+//!
+//! One engine is shared by the tests (they run on parallel threads, which also exercises the
+//! slot pool); tests that need their own settings or break their device open their own.
+
+use std::sync::{Arc, OnceLock};
+
+use half::{bf16, f16};
+use kernels::{
+    cpu, danger, CpuEngine, Engine, EngineError, Masked, Matrix, Precision, Weight, WeightData,
+    WeightId, WeightLayout, F32_UNIT_ROUNDOFF,
+};
+use kernels_wgpu::{open_engine, WgpuConfig, WgpuEngine};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn shared() -> &'static WgpuEngine {
+    static ENGINE: OnceLock<WgpuEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        WgpuEngine::open("vulkan", WgpuConfig::default())
+            .unwrap_or_else(|e| panic!("a Vulkan adapter is required (CI installs lavapipe): {e}"))
+    })
+}
+
+fn random(rows: usize, cols: usize, seed: u64) -> Matrix {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    Matrix::from_fn(rows, cols, |_, _| rng.random_range(-1.0f32..1.0))
+}
+
+fn plain(m: &Matrix) -> Masked {
+    danger::expose_plaintext(m.clone())
+}
+
+fn abs(m: &Matrix) -> Matrix {
+    Matrix::from_fn(m.rows(), m.cols(), |r, c| m.get(r, c).abs())
+}
+
+/// `W` as a plain `(d_in, d_out)` matrix, from whatever layout it is stored in.
+fn dense(w: &Weight) -> Matrix {
+    let data = w.data.to_f32();
+    Matrix::from_fn(w.d_in, w.d_out, |i, o| data[w.index(i, o)])
+}
+
+/// Asserts `got ≈ want` for the product `x · w` element by element: two f32 dot products of
+/// length k each differ from the exact one by at most γ_k·(|x|·|w|), so they differ from
+/// each other by at most twice that.
+fn assert_product(what: &str, got: &Matrix, want: &Matrix, x: &Matrix, w: &Matrix) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let k = x.cols() as f64;
+    let bound = cpu::matmul(&abs(x), &abs(w), false);
+    for r in 0..got.rows() {
+        for c in 0..got.cols() {
+            let (g, e) = (got.get(r, c) as f64, want.get(r, c) as f64);
+            let tol = 2.0 * k * F32_UNIT_ROUNDOFF * 1.01 * bound.get(r, c) as f64 + 1e-30;
+            assert!(
+                (g - e).abs() <= tol,
+                "{what}: element ({r},{c}) is {g}, CPU says {e} (tolerance {tol:e})"
+            );
+        }
+    }
+}
+
+fn weight(d_in: usize, d_out: usize, layout: WeightLayout, seed: u64) -> Weight {
+    let m = random(d_in * d_out, 1, seed);
+    Weight::f32(d_in, d_out, layout, m.into_vec())
+}
+
+fn id(name: &str) -> WeightId {
+    WeightId::new(name)
+}
+
+#[test]
+fn reports_a_vulkan_device_honestly() {
+    let info = shared().info();
+    assert_eq!(info.kind, "vulkan");
+    assert!(!info.device.is_empty());
+    assert!(!info.driver.is_empty());
+    // Kernels multiply f32 operands: U-Verify's tolerance must not be widened for them.
+    assert_eq!(info.operand_precision, Precision::F32);
+}
+
+#[test]
+fn matmul_equals_cpu_for_odd_shapes_and_both_layouts() {
+    let gpu = shared();
+    let cpu = CpuEngine::new();
+    for (i, &(d_in, d_out)) in [(5, 3), (70, 65), (200, 129), (1, 7), (64, 64)].iter().enumerate() {
+        for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
+            let w = weight(d_in, d_out, layout, 100 + i as u64);
+            let name = id(&format!("odd.{d_in}x{d_out}.{layout:?}"));
+            assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::F32);
+            cpu.register(name.clone(), w.clone()).unwrap();
+            for rows in [1, 3, 17, 130] {
+                let x = random(rows, d_in, 7 * rows as u64 + i as u64);
+                let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+                let want = cpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+                assert_product(&format!("{name} rows={rows}"), &got, &want, &x, &dense(&w));
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_many_returns_every_product_of_one_upload() {
+    let gpu = shared();
+    let cpu = CpuEngine::new();
+    let d_in = 96;
+    let ws = [
+        (id("many.q"), weight(d_in, 96, WeightLayout::OutIn, 1)),
+        (id("many.k"), weight(d_in, 33, WeightLayout::OutIn, 2)),
+        (id("many.v"), weight(d_in, 40, WeightLayout::InOut, 3)),
+    ];
+    for (name, w) in &ws {
+        gpu.register(name.clone(), w.clone()).unwrap();
+        cpu.register(name.clone(), w.clone()).unwrap();
+    }
+    let ids: Vec<WeightId> = ws.iter().map(|(n, _)| n.clone()).collect();
+    let x = random(11, d_in, 4);
+    let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
+    let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
+    assert_eq!(got.len(), 3);
+    for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
+        assert_product(name.as_str(), g.matrix(), e.matrix(), &x, &dense(w));
+    }
+    assert!(gpu.matmul_many(&plain(&x), &[]).unwrap().is_empty());
+}
+
+#[test]
+fn every_tile_computes_the_same_product() {
+    // Its own engine: pinning a tile must not change what the shared one runs.
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
+    let cpu = CpuEngine::new();
+    // Several K slices, and edges in every dimension for the largest tile.
+    let (m, d_in, d_out) = (133, 83, 141);
+    let mut ws = Vec::new();
+    for (layout, data) in [
+        (WeightLayout::InOut, "f32"),
+        (WeightLayout::OutIn, "f32"),
+        (WeightLayout::OutIn, "f16"),
+        (WeightLayout::InOut, "bf16"),
+    ] {
+        let w = weight(d_in, d_out, layout, 9);
+        let w = match data {
+            "f16" => Weight {
+                data: WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()),
+                ..w
+            },
+            "bf16" => Weight {
+                data: WeightData::Bf16(w.data.to_f32().iter().map(|&v| bf16::from_f32(v)).collect()),
+                ..w
+            },
+            _ => w,
+        };
+        let name = id(&format!("tiles.{layout:?}.{data}"));
+        gpu.register(name.clone(), w.clone()).unwrap();
+        cpu.register(name.clone(), w.clone()).unwrap();
+        ws.push((name, w));
+    }
+    let x = random(m, d_in, 10);
+    let ids: Vec<WeightId> = ws.iter().map(|(n, _)| n.clone()).collect();
+    let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
+    for tile in gpu.tiles().to_vec() {
+        gpu.pin_tile(Some(tile)).unwrap();
+        let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
+        for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
+            assert_product(&format!("{} tile {}", name, tile.name()), g.matrix(), e.matrix(), &x, &dense(w));
+        }
+    }
+}
+
+#[test]
+fn f16_storage_is_within_1e3_relative() {
+    let gpu = WgpuEngine::open(
+        "vulkan",
+        WgpuConfig { f32_weights_as: Precision::F16, ..WgpuConfig::default() },
+    )
+    .unwrap();
+    let cpu = CpuEngine::new();
+    let (d_in, d_out) = (129, 67);
+    for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
+        let w = weight(d_in, d_out, layout, 21);
+        let name = id(&format!("f16.{layout:?}"));
+        assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::F16);
+        // The same weight rounded to f16 on the CPU: equal within f32 accumulation error.
+        let rounded = Weight { data: WeightData::F32(w.data.rounded_to(Precision::F16)), ..w.clone() };
+        cpu.register(name.clone(), rounded.clone()).unwrap();
+        let x = random(3, d_in, 22);
+        let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+        let want = cpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+        assert_product(name.as_str(), &got, &want, &x, &dense(&rounded));
+        // And the unrounded product within 1e-3 relative.
+        let exact = cpu::matmul(&x, &dense(&w), false);
+        let rel = got.rel_err(&exact);
+        assert!(rel < 1e-3, "f16 storage off by {rel:e}");
+        assert!(rel > 0.0, "f16 storage should round something");
+    }
+}
+
+#[test]
+fn bf16_checkpoints_are_widened_exactly() {
+    let gpu = shared();
+    let cpu = CpuEngine::new();
+    let (d_in, d_out) = (77, 45);
+    let src = random(d_in * d_out, 1, 31).into_vec();
+    let data: Arc<[bf16]> = src.iter().map(|&v| bf16::from_f32(v)).collect();
+    let w = Weight { d_in, d_out, layout: WeightLayout::OutIn, data: WeightData::Bf16(data) };
+    let name = id("bf16.checkpoint");
+    assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::Bf16);
+    cpu.register(name.clone(), w.clone()).unwrap();
+    let x = random(5, d_in, 32);
+    let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+    let want = cpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+    assert_product(name.as_str(), &got, &want, &x, &dense(&w));
+}
+
+#[test]
+fn dynamic_products_equal_cpu() {
+    let gpu = shared();
+    let cpu = CpuEngine::new();
+    for (i, &(m, k, n)) in [(1, 1, 1), (3, 65, 17), (40, 33, 129)].iter().enumerate() {
+        let a = random(m, k, 40 + i as u64);
+        for transpose_b in [false, true] {
+            let b = if transpose_b { random(n, k, 50 + i as u64) } else { random(k, n, 60 + i as u64) };
+            let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap().into_matrix();
+            let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap().into_matrix();
+            let dense_b = if transpose_b { b.transpose() } else { b.clone() };
+            assert_product(&format!("dynamic {m}x{k}x{n} t={transpose_b}"), &got, &want, &a, &dense_b);
+        }
+    }
+}
+
+#[test]
+fn batched_dynamic_products_equal_single_ones() {
+    let gpu = shared();
+    let cpu = CpuEngine::new();
+    for transpose_b in [false, true] {
+        // Equal shapes (one batched dispatch) and mixed shapes (one dispatch each).
+        for shapes in [vec![(9, 24, 13); 5], vec![(9, 24, 13), (1, 5, 70), (33, 64, 2)]] {
+            let mats: Vec<(Matrix, Matrix)> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(m, k, n))| {
+                    let b = if transpose_b { random(n, k, 80 + i as u64) } else { random(k, n, 90 + i as u64) };
+                    (random(m, k, 70 + i as u64), b)
+                })
+                .collect();
+            let masked: Vec<(Masked, Masked)> = mats.iter().map(|(a, b)| (plain(a), plain(b))).collect();
+            let pairs: Vec<(&Masked, &Masked)> = masked.iter().map(|(a, b)| (a, b)).collect();
+            let got = gpu.matmul_dynamic_batched(&pairs, transpose_b).unwrap();
+            assert_eq!(got.len(), pairs.len());
+            for (i, (g, (a, b))) in got.iter().zip(&mats).enumerate() {
+                let want = cpu.matmul_dynamic(&plain(a), &plain(b), transpose_b).unwrap().into_matrix();
+                let dense_b = if transpose_b { b.transpose() } else { b.clone() };
+                assert_product(&format!("pair {i} t={transpose_b}"), g.matrix(), &want, a, &dense_b);
+            }
+        }
+    }
+    assert!(gpu.matmul_dynamic_batched(&[], false).unwrap().is_empty());
+}
+
+#[test]
+fn softmax_rows_equals_cpu_including_masked_entries() {
+    let gpu = shared();
+    let cpu = CpuEngine::new();
+    for (rows, cols) in [(1, 1), (3, 7), (50, 300), (2, 1000)] {
+        let mut x = random(rows, cols, (rows * cols) as u64);
+        for r in 0..rows {
+            x.as_mut_slice()[r * cols..(r + 1) * cols].iter_mut().for_each(|v| *v *= 8.0);
+        }
+        if cols > 2 {
+            x.set(0, 1, f32::NEG_INFINITY);
+        }
+        let got = gpu.softmax_rows(&plain(&x), 0.125).unwrap().into_matrix();
+        let want = cpu.softmax_rows(&plain(&x), 0.125).unwrap().into_matrix();
+        assert_eq!(got.shape(), want.shape());
+        for (g, e) in got.as_slice().iter().zip(want.as_slice()) {
+            assert!((g - e).abs() <= 1e-6 + 1e-5 * e.abs(), "softmax {rows}x{cols}: {g} vs {e}");
+        }
+        for r in 0..rows {
+            let s: f32 = got.row(r).iter().sum();
+            assert!((s - 1.0).abs() < 1e-4, "row {r} sums to {s}");
+        }
+    }
+    // A fully masked row gives zeros, as on the CPU.
+    let x = Matrix::from_vec(2, 3, vec![f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, 2.0, 3.0]).unwrap();
+    let got = gpu.softmax_rows(&plain(&x), 1.0).unwrap().into_matrix();
+    assert_eq!(got.row(0), &[0.0, 0.0, 0.0]);
+    let want = cpu.softmax_rows(&plain(&x), 1.0).unwrap().into_matrix();
+    for (g, e) in got.row(1).iter().zip(want.row(1)) {
+        assert!((g - e).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let gpu = shared();
+    let w = weight(8, 4, WeightLayout::InOut, 1);
+    let name = id("errors.w");
+    gpu.register(name.clone(), w.clone()).unwrap();
+    assert_eq!(gpu.register(name.clone(), w.clone()), Err(EngineError::DuplicateWeight(name.clone())));
+    let short = Weight::f32(8, 4, WeightLayout::InOut, vec![0.0; 31]);
+    assert!(matches!(gpu.register(id("errors.short"), short), Err(EngineError::Shape { .. })));
+    assert!(matches!(
+        gpu.matmul(&plain(&random(2, 7, 1)), &name),
+        Err(EngineError::Shape { op: "matmul", .. })
+    ));
+    assert_eq!(gpu.matmul(&plain(&Matrix::zeros(0, 8)), &name).err(), Some(EngineError::Empty("matmul")));
+    assert_eq!(
+        gpu.matmul(&plain(&random(2, 8, 1)), &id("errors.nope")).err(),
+        Some(EngineError::UnknownWeight(id("errors.nope")))
+    );
+    assert!(matches!(
+        gpu.matmul_dynamic(&plain(&random(2, 3, 1)), &plain(&random(4, 5, 2)), false),
+        Err(EngineError::Shape { op: "matmul_dynamic", .. })
+    ));
+    assert_eq!(gpu.softmax_rows(&plain(&Matrix::zeros(3, 0)), 1.0).err(), Some(EngineError::Empty("softmax_rows")));
+    gpu.unregister(&name).unwrap();
+    assert_eq!(gpu.unregister(&name), Err(EngineError::UnknownWeight(name.clone())));
+    assert_eq!(gpu.matmul(&plain(&random(2, 8, 1)), &name).err(), Some(EngineError::UnknownWeight(name.clone())));
+    // The id is free again, and the engine still works.
+    gpu.register(name.clone(), w).unwrap();
+    gpu.matmul(&plain(&random(2, 8, 1)), &name).unwrap();
+}
+
+#[test]
+fn engine_specs_select_or_explain() {
+    assert_eq!(open_engine("cpu").unwrap().info().kind, "cpu");
+    assert_eq!(open_engine("vulkan").unwrap().info().kind, "vulkan");
+    assert_eq!(open_engine("vulkan:0").unwrap().info().kind, "vulkan");
+    let name = shared().info().device;
+    let by_name = open_engine(&format!("vulkan:{}", &name[..name.len().min(6)].to_lowercase())).unwrap();
+    assert_eq!(by_name.info().device, name);
+    // A miss lists the adapters that do exist.
+    match open_engine("vulkan:no-such-gpu") {
+        Err(EngineError::NoAdapter(msg)) => assert!(msg.contains(&name), "{msg}"),
+        other => panic!("expected NoAdapter, got {:?}", other.map(|e| e.info())),
+    }
+    assert!(matches!(open_engine("vulkan:99"), Err(EngineError::NoAdapter(_))));
+    assert!(matches!(open_engine("cuda"), Err(EngineError::NoAdapter(_))));
+    assert!(!kernels_wgpu::adapters().is_empty());
+}
+
+#[test]
+fn out_of_budget_weights_are_refused_with_a_typed_error() {
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig { memory_budget: Some(64 << 10), ..WgpuConfig::default() }).unwrap();
+    gpu.register(id("budget.a"), weight(64, 128, WeightLayout::OutIn, 1)).unwrap(); // 32 KiB
+    assert_eq!(gpu.resident_bytes(), 32 << 10);
+    let err = gpu.register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2)).unwrap_err();
+    assert!(matches!(err, EngineError::OutOfMemory(_)), "{err:?}");
+    // Freeing makes room.
+    gpu.unregister(&id("budget.a")).unwrap();
+    assert_eq!(gpu.resident_bytes(), 0);
+    gpu.register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2)).unwrap();
+}
+
+#[test]
+fn a_lost_device_keeps_reporting_device_lost() {
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
+    let w = weight(16, 8, WeightLayout::OutIn, 1);
+    gpu.register(id("lost.w"), w.clone()).unwrap();
+    let x = random(4, 16, 2);
+    gpu.matmul(&plain(&x), &id("lost.w")).unwrap();
+    gpu.lose_device();
+    for _ in 0..2 {
+        assert!(matches!(gpu.matmul(&plain(&x), &id("lost.w")), Err(EngineError::DeviceLost(_))));
+        assert!(matches!(gpu.register(id("lost.v"), w.clone()), Err(EngineError::DeviceLost(_))));
+        assert!(matches!(gpu.softmax_rows(&plain(&x), 1.0), Err(EngineError::DeviceLost(_))));
+        assert!(matches!(
+            gpu.matmul_dynamic(&plain(&x), &plain(&x), true),
+            Err(EngineError::DeviceLost(_))
+        ));
+    }
+    // Description still works: a service reports what it lost.
+    assert_eq!(gpu.info().kind, "vulkan");
+}
+
+#[test]
+fn concurrent_callers_each_get_their_own_product() {
+    let gpu = shared();
+    let cpu = Arc::new(CpuEngine::new());
+    let w = weight(48, 40, WeightLayout::OutIn, 5);
+    gpu.register(id("threads.w"), w.clone()).unwrap();
+    cpu.register(id("threads.w"), w.clone()).unwrap();
+    let dense_w = dense(&w);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (cpu, dense_w) = (cpu.clone(), &dense_w);
+            s.spawn(move || {
+                for i in 0..8u64 {
+                    let rows = 1 + ((t * 8 + i) % 13) as usize;
+                    let x = random(rows, 48, 1000 + t * 100 + i);
+                    let got = gpu.matmul(&plain(&x), &id("threads.w")).unwrap().into_matrix();
+                    let want = cpu.matmul(&plain(&x), &id("threads.w")).unwrap().into_matrix();
+                    assert_product(&format!("thread {t} call {i}"), &got, &want, &x, dense_w);
+                }
+            });
+        }
+    });
+}
