@@ -6,6 +6,7 @@
 //! crate knows nothing about masks, tokens or models, and depends on nothing in `services/`.
 
 mod boundary;
+pub mod capture;
 pub mod cpu;
 pub mod engine;
 mod matrix;

@@ -292,6 +292,7 @@ impl MaskedExecutor {
         match self.cfg.mask {
             MaskKind::Haar => Family::Haar,
             MaskKind::Hd3 => Family::Hd3,
+            MaskKind::Hd3Blocked => Family::Hd3Blocked,
             MaskKind::Auto => {
                 let (dims, count) = {
                     let w = self.weights.read().expect("poisoned");

@@ -1,29 +1,78 @@
-//! HD₃ masks: `A = D₃·H·D₂·H·D₁·H`, with `H` the normalized Walsh–Hadamard matrix of
-//! order `s = 2^m` and `Dᵢ` secret random ±1 diagonals (the QuIP#/QuaRot family).
+//! HD₃ masks: `A = D₃·H·D₂·H·D₁·H`, with `H` the normalized Walsh–Hadamard matrix and
+//! `Dᵢ` secret random ±1 diagonals (the QuIP#/QuaRot family).
 //!
-//! `A` is never formed. It acts on the row axis of an `s×d` block with an in-place fast
-//! Walsh–Hadamard transform, `O(s·log s)` per column. Columns are processed in tiles that
-//! stay in cache for all three transforms, and tiles run in parallel.
+//! Two shapes of `H`:
+//! * classic — one Hadamard of order `s = 2^m` (shield rows pad the stack to `s`);
+//! * blocked — `H = ⊕_b H_{2^{m_b}}`, Hadamard blocks following the binary expansion of
+//!   any `s` (a multiple of 8), with a secret row permutation `πᵢ` after each stage:
+//!   `A = D₃π₃H·D₂π₂H·D₁π₁H`. No zero-padding waste: at `n = 128` the classic form
+//!   doubles the engine's rows (`s = 256`), the blocked form adds 8.
+//!
+//! `A` is never formed. It acts on the row axis of an `s×d` block with in-place fast
+//! Walsh–Hadamard transforms, `O(s·log s)` per column, on column tiles small enough that
+//! the whole cascade stays in L1/L2, tiles in parallel.
 
-use rand::{Rng, RngExt};
+use rand::{seq::SliceRandom, Rng, RngExt};
 use rayon::prelude::*;
 use zeroize::Zeroize;
 
-/// Columns per tile: `s × TILE` floats stay in L1/L2 for the whole cascade.
-const TILE: usize = 64;
-
-/// The secret part of an HD₃ mask: three ±1 diagonals of length `s`.
+/// The secret part of an HD₃ mask.
 pub struct Hd3 {
     s: usize,
-    signs: [Vec<f32>; 3],
+    /// `(start, len)` of each Hadamard block; one block of the whole order when classic.
+    blocks: Vec<(usize, usize)>,
+    /// Per stage: the row permutation (`new[r] = old[perm[r]]`), empty when classic.
+    perms: [Vec<u32>; 3],
+    /// Per stage: ±1 sign of row r times the normalization `1/√len` of the block row
+    /// `perm[r]` came from.
+    factors: [Vec<f32>; 3],
 }
 
 impl Hd3 {
-    /// Samples fresh diagonals. `s` must be a power of two.
+    /// Classic HD₃ of power-of-two order `s`.
     pub fn sample(s: usize, rng: &mut impl Rng) -> Self {
-        assert!(s.is_power_of_two(), "HD3 order must be a power of two");
-        let mut draw = || (0..s).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
-        Hd3 { s, signs: [draw(), draw(), draw()] }
+        assert!(s.is_power_of_two(), "classic HD3 order must be a power of two");
+        Self::build(s, vec![(0, s)], false, rng)
+    }
+
+    /// Blocked HD₃ of any order `s` (blocks follow the binary expansion of `s`).
+    pub fn sample_blocked(s: usize, rng: &mut impl Rng) -> Self {
+        assert!(s > 0, "empty mask");
+        let mut blocks = Vec::new();
+        let mut start = 0;
+        for bit in (0..usize::BITS).rev() {
+            let len = 1usize << bit;
+            if s & len != 0 {
+                blocks.push((start, len));
+                start += len;
+            }
+        }
+        let permute = blocks.len() > 1;
+        Self::build(s, blocks, permute, rng)
+    }
+
+    fn build(s: usize, blocks: Vec<(usize, usize)>, permute: bool, rng: &mut impl Rng) -> Self {
+        let mut norm = vec![0.0f32; s];
+        for &(start, len) in &blocks {
+            norm[start..start + len].iter_mut().for_each(|v| *v = 1.0 / (len as f32).sqrt());
+        }
+        let mut perms: [Vec<u32>; 3] = Default::default();
+        let mut factors: [Vec<f32>; 3] = Default::default();
+        for i in 0..3 {
+            if permute {
+                let mut p: Vec<u32> = (0..s as u32).collect();
+                p.shuffle(rng);
+                perms[i] = p;
+            }
+            factors[i] = (0..s)
+                .map(|r| {
+                    let src = if permute { perms[i][r] as usize } else { r };
+                    let sign = if rng.random::<bool>() { 1.0 } else { -1.0 };
+                    sign * norm[src]
+                })
+                .collect();
+        }
+        Hd3 { s, blocks, perms, factors }
     }
 
     pub fn order(&self) -> usize {
@@ -40,7 +89,7 @@ impl Hd3 {
         self.cascade(x, d, true);
     }
 
-    /// Element `(r, c)` of `A`, by transforming a unit vector (tests only need this).
+    /// The dense matrix (tests and ground truth for the attack harness).
     pub fn dense(&self) -> kernels::Matrix {
         let mut eye = vec![0.0f32; self.s * self.s];
         for i in 0..self.s {
@@ -50,56 +99,95 @@ impl Hd3 {
         kernels::Matrix::from_vec(self.s, self.s, eye).expect("square")
     }
 
+    /// Overwrites the secret material with zeros (the mask becomes the zero map).
+    pub fn scrub(&mut self) {
+        for i in 0..3 {
+            self.factors[i].iter_mut().for_each(|v| v.zeroize());
+            self.perms[i].iter_mut().for_each(|v| v.zeroize());
+        }
+    }
+
+    fn tile_width(&self) -> usize {
+        // Keep a tile (s rows × w floats) within ~48 KiB so every stage runs from L1/L2.
+        (12 * 1024 / self.s.max(1)).clamp(8, 64) / 8 * 8
+    }
+
     fn cascade(&self, x: &mut [f32], d: usize, transpose: bool) {
         let s = self.s;
         assert_eq!(x.len(), s * d, "HD3 block must be s×d");
-        let scale = (s as f32).powf(-1.5);
-        // A = D3·H·D2·H·D1·H  → apply right to left: H, D1, H, D2, H, D3.
-        // Aᵀ = H·D1·H·D2·H·D3 → apply right to left: D3, H, D2, H, D1, H.
-        let order: [usize; 3] = if transpose { [2, 1, 0] } else { [0, 1, 2] };
-        let tiles = d.div_ceil(TILE);
-        let run_tile = |tile: &mut Vec<f32>, t: usize, x: *mut f32| {
-            let c0 = t * TILE;
-            let w = TILE.min(d - c0);
+        let tw = self.tile_width();
+        let tiles = d.div_ceil(tw);
+        let ptr = SendPtr(x.as_mut_ptr());
+        let run = |bufs: &mut (Vec<f32>, Vec<f32>), t: usize| {
+            let c0 = t * tw;
+            let w = tw.min(d - c0);
             // SAFETY: tiles cover disjoint column ranges of `x`, so concurrent tiles never
             // touch the same element; every index is below s·d.
-            let x = unsafe { std::slice::from_raw_parts_mut(x, s * d) };
-            tile.clear();
+            let x = unsafe { std::slice::from_raw_parts_mut(ptr.get(), s * d) };
+            let (tile, tmp) = bufs;
+            tile.resize(s * w, 0.0);
+            tmp.resize(s * w, 0.0);
             for r in 0..s {
-                tile.extend_from_slice(&x[r * d + c0..r * d + c0 + w]);
-            }
-            for (step, &k) in order.iter().enumerate() {
-                if transpose {
-                    scale_rows(tile, w, &self.signs[k], 1.0);
-                    fwht(tile, s, w);
-                } else {
-                    fwht(tile, s, w);
-                    let sc = if step == 2 { scale } else { 1.0 };
-                    scale_rows(tile, w, &self.signs[k], sc);
-                }
+                tile[r * w..(r + 1) * w].copy_from_slice(&x[r * d + c0..r * d + c0 + w]);
             }
             if transpose {
-                tile.iter_mut().for_each(|v| *v *= scale);
+                // Aᵀ = Hπ₁ᵀD₁·Hπ₂ᵀD₂·Hπ₃ᵀD₃: per stage (3, 2, 1) sign+scatter, then H.
+                for i in (0..3).rev() {
+                    self.scatter(i, tile, tmp, w);
+                    std::mem::swap(tile, tmp);
+                    self.hadamard(tile, w);
+                }
+            } else {
+                // A = D₃π₃H·D₂π₂H·D₁π₁H: per stage (1, 2, 3) H, then gather+sign.
+                for i in 0..3 {
+                    self.hadamard(tile, w);
+                    self.gather(i, tile, tmp, w);
+                    std::mem::swap(tile, tmp);
+                }
             }
             for r in 0..s {
                 x[r * d + c0..r * d + c0 + w].copy_from_slice(&tile[r * w..(r + 1) * w]);
             }
-            tile.zeroize();
         };
-        let ptr = SendPtr(x.as_mut_ptr());
-        if s * d >= 1 << 14 {
-            (0..tiles).into_par_iter().for_each_init(Vec::new, |tile, t| run_tile(tile, t, ptr.get()));
+        if s * d >= 1 << 15 && tiles > 1 {
+            (0..tiles)
+                .into_par_iter()
+                .for_each_init(|| (Vec::new(), Vec::new()), |bufs, t| run(bufs, t));
         } else {
-            let mut tile = Vec::new();
-            (0..tiles).for_each(|t| run_tile(&mut tile, t, ptr.get()));
+            let mut bufs = (Vec::new(), Vec::new());
+            (0..tiles).for_each(|t| run(&mut bufs, t));
+            bufs.0.zeroize();
+            bufs.1.zeroize();
         }
     }
-}
 
-impl Hd3 {
-    /// Overwrites the diagonals with zeros (the mask becomes the zero map).
-    pub fn scrub(&mut self) {
-        self.signs.iter_mut().for_each(|v| v.iter_mut().for_each(|x| x.zeroize()));
+    /// Unnormalized Hadamard on every block of the tile (normalization lives in `factors`).
+    fn hadamard(&self, tile: &mut [f32], w: usize) {
+        for &(start, len) in &self.blocks {
+            fwht(&mut tile[start * w..(start + len) * w], len, w);
+        }
+    }
+
+    /// `out[r] = factor[r] · tile[perm[r]]` (forward stage).
+    fn gather(&self, i: usize, tile: &[f32], out: &mut [f32], w: usize) {
+        let f = &self.factors[i];
+        for r in 0..self.s {
+            let src = if self.perms[i].is_empty() { r } else { self.perms[i][r] as usize };
+            let (o, x) = (&mut out[r * w..(r + 1) * w], &tile[src * w..(src + 1) * w]);
+            let fr = f[r];
+            o.iter_mut().zip(x).for_each(|(o, &x)| *o = fr * x);
+        }
+    }
+
+    /// `out[perm[r]] = factor[r] · tile[r]` (transpose stage).
+    fn scatter(&self, i: usize, tile: &[f32], out: &mut [f32], w: usize) {
+        let f = &self.factors[i];
+        for r in 0..self.s {
+            let dst = if self.perms[i].is_empty() { r } else { self.perms[i][r] as usize };
+            let (o, x) = (&mut out[dst * w..(dst + 1) * w], &tile[r * w..(r + 1) * w]);
+            let fr = f[r];
+            o.iter_mut().zip(x).for_each(|(o, &x)| *o = fr * x);
+        }
     }
 }
 
@@ -120,30 +208,38 @@ impl SendPtr {
     }
 }
 
-/// Row r of the `s×w` tile times `signs[r]·scale`.
-fn scale_rows(tile: &mut [f32], w: usize, signs: &[f32], scale: f32) {
-    for (row, &sg) in tile.chunks_exact_mut(w).zip(signs) {
-        let f = sg * scale;
-        row.iter_mut().for_each(|v| *v *= f);
-    }
-}
-
-/// Unnormalized Walsh–Hadamard transform along the rows of an `s×w` tile.
-fn fwht(tile: &mut [f32], s: usize, w: usize) {
+/// Unnormalized Walsh–Hadamard transform along the rows of a `len×w` tile: radix-4
+/// levels (two butterfly levels per pass over the data), then one radix-2 level if
+/// `log2(len)` is odd.
+fn fwht(tile: &mut [f32], len: usize, w: usize) {
     let mut h = 1;
-    while h < s {
-        for i in (0..s).step_by(2 * h) {
-            for j in i..i + h {
-                let (lo, hi) = tile.split_at_mut((j + h) * w);
-                let a = &mut lo[j * w..(j + 1) * w];
-                let b = &mut hi[..w];
-                for (x, y) in a.iter_mut().zip(b.iter_mut()) {
-                    let (p, q) = (*x + *y, *x - *y);
-                    *x = p;
-                    *y = q;
+    while 4 * h <= len {
+        for base in (0..len).step_by(4 * h) {
+            for j in base..base + h {
+                let (r0, rest) = tile[j * w..].split_at_mut(h * w);
+                let (r1, rest) = rest.split_at_mut(h * w);
+                let (r2, r3) = rest.split_at_mut(h * w);
+                let (a, b, c, d) = (&mut r0[..w], &mut r1[..w], &mut r2[..w], &mut r3[..w]);
+                for (((a, b), c), d) in a.iter_mut().zip(b.iter_mut()).zip(c.iter_mut()).zip(d.iter_mut()) {
+                    let (p, q, u, v) = (*a + *b, *a - *b, *c + *d, *c - *d);
+                    *a = p + u;
+                    *b = q + v;
+                    *c = p - u;
+                    *d = q - v;
                 }
             }
         }
-        h *= 2;
+        h *= 4;
+    }
+    if 2 * h == len {
+        for j in 0..h {
+            let (lo, hi) = tile.split_at_mut((j + h) * w);
+            let (a, b) = (&mut lo[j * w..(j + 1) * w], &mut hi[..w]);
+            for (a, b) in a.iter_mut().zip(b.iter_mut()) {
+                let (p, q) = (*a + *b, *a - *b);
+                *a = p;
+                *b = q;
+            }
+        }
     }
 }

@@ -25,6 +25,10 @@ pub enum MaskKind {
     Haar,
     /// `D₃HD₂HD₁H`; `s = next_pow2(n + k)`, shield rows fill the padding.
     Hd3,
+    /// HD₃ over Hadamard blocks with secret row permutations; `s = n + k` rounded up to
+    /// a multiple of 8, so the engine does no padding work.
+    #[serde(rename = "hd3-blocked")]
+    Hd3Blocked,
     /// Whichever is cheaper for the shape, by the measured cost model.
     Auto,
 }
@@ -35,8 +39,9 @@ impl std::str::FromStr for MaskKind {
         match s.to_ascii_lowercase().as_str() {
             "haar" => Ok(MaskKind::Haar),
             "hd3" => Ok(MaskKind::Hd3),
+            "hd3-blocked" => Ok(MaskKind::Hd3Blocked),
             "auto" => Ok(MaskKind::Auto),
-            other => Err(format!("unknown mask kind `{other}` (haar, hd3, auto)")),
+            other => Err(format!("unknown mask kind `{other}` (haar, hd3, hd3-blocked, auto)")),
         }
     }
 }
@@ -46,6 +51,11 @@ impl std::str::FromStr for MaskKind {
 pub enum Family {
     Haar,
     Hd3,
+    Hd3Blocked,
+}
+
+impl Family {
+    pub const ALL: [Family; 3] = [Family::Haar, Family::Hd3, Family::Hd3Blocked];
 }
 
 /// Order `s` of the mask for `n` activation rows and at least `k` shield rows.
@@ -53,6 +63,7 @@ pub fn order(family: Family, n: usize, k: usize) -> usize {
     match family {
         Family::Haar => n + k,
         Family::Hd3 => (n + k).next_power_of_two(),
+        Family::Hd3Blocked => (n + k).div_ceil(8) * 8,
     }
 }
 
@@ -67,6 +78,7 @@ impl BlockMask {
         match family {
             Family::Haar => BlockMask::Haar(haar::sample(s, rng)),
             Family::Hd3 => BlockMask::Hd3(Hd3::sample(s, rng)),
+            Family::Hd3Blocked => BlockMask::Hd3(Hd3::sample_blocked(s, rng)),
         }
     }
 
@@ -196,12 +208,12 @@ impl CostModel {
                 let sample = (8.0 / 3.0) * s * s * s / self.qr / linears.max(1) as f64;
                 (2.0 * s * s * d_in + 2.0 * n as f64 * s * d_out) / self.tee_gemm + sample
             }
-            Family::Hd3 => 3.0 * s.log2().max(1.0) * s * (d_in + d_out) / self.fwht,
+            Family::Hd3 | Family::Hd3Blocked => 3.0 * s.log2().max(1.0) * s * (d_in + d_out) / self.fwht,
         };
         engine + mask
     }
 
-    /// The cheaper family for this shape.
+    /// The cheapest family for this shape.
     pub fn choose(
         &self,
         n: usize,
@@ -210,9 +222,12 @@ impl CostModel {
         linears: usize,
         engine_flops: f64,
     ) -> Family {
-        let haar = self.cost(Family::Haar, n, k, dims, linears, engine_flops);
-        let hd3 = self.cost(Family::Hd3, n, k, dims, linears, engine_flops);
-        if hd3 <= haar { Family::Hd3 } else { Family::Haar }
+        Family::ALL
+            .into_iter()
+            .map(|f| (f, self.cost(f, n, k, dims, linears, engine_flops)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(f, _)| f)
+            .expect("three families")
     }
 }
 

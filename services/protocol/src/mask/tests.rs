@@ -34,12 +34,21 @@ fn hd3_masks_are_orthogonal() {
         let err = max_orth_err(&a);
         assert!(err < 1e-5, "s={s}: max |AᵀA − I| = {err:e}");
     }
+    for s in [8, 24, 136, 520, 1000] {
+        let a = Hd3::sample_blocked(s, &mut rng).dense();
+        let err = max_orth_err(&a);
+        assert!(err < 1e-5, "blocked s={s}: max |AᵀA − I| = {err:e}");
+        // The permutations spread every block over all rows: no output row depends on
+        // only one Hadamard block's inputs.
+        let dense_rows = (0..s).filter(|&r| a.row(r).iter().filter(|v| v.abs() > 1e-7).count() > s / 2).count();
+        assert!(dense_rows > s * 9 / 10, "blocked s={s}: only {dense_rows} well-mixed rows");
+    }
 }
 
 #[test]
 fn apply_then_recover_is_identity_for_both_families() {
     let mut rng = ChaCha20Rng::seed_from_u64(13);
-    for family in [Family::Haar, Family::Hd3] {
+    for family in Family::ALL {
         for (n, k, d) in [(1, 8, 5), (7, 8, 64), (120, 8, 100), (300, 8, 33)] {
             let s = order(family, n, k);
             let mask = BlockMask::sample(family, s, &mut rng);
@@ -103,7 +112,7 @@ fn haar_sampler_is_haar_and_the_unfixed_qr_is_not() {
 #[test]
 fn scrub_erases_mask_material() {
     let mut rng = ChaCha20Rng::seed_from_u64(15);
-    for family in [Family::Haar, Family::Hd3] {
+    for family in Family::ALL {
         let mut m = BlockMask::sample(family, 16, &mut rng);
         assert!(m.dense().as_slice().iter().any(|&v| v != 0.0));
         m.scrub();
@@ -117,5 +126,7 @@ fn cost_model_prefers_hd3_for_long_blocks_and_haar_for_decode() {
     // Decode: n = 1 → Haar s = 9 vs HD₃ s = 16: HD₃ doubles the engine rows for nothing.
     assert_eq!(cm.choose(1, 8, (2048, 6144), 112, 1e13), Family::Haar);
     // Long prefill: dense Haar costs O(s²·d) in the TEE; HD₃ is O(s·log s·d).
-    assert_eq!(cm.choose(2040, 8, (1024, 3072), 112, 1e11), Family::Hd3);
+    assert_ne!(cm.choose(2040, 8, (1024, 3072), 112, 1e11), Family::Haar);
+    // Just past a power of two the blocked form avoids doubling the engine's rows.
+    assert_eq!(cm.choose(128, 8, (768, 3072), 48, 1e11), Family::Hd3Blocked);
 }
