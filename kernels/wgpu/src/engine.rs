@@ -39,14 +39,23 @@ pub struct WgpuConfig {
     pub f32_weights_as: Precision,
     /// Cap on resident weight bytes; `None` uses the device's memory.
     pub memory_budget: Option<u64>,
-    /// Workgroups the device runs at once, for choosing tile sizes; `None` guesses from the
+    /// Workgroups the device runs at once, for the tile-size model; `None` guesses from the
     /// device type.
     pub parallel_workgroups: Option<u32>,
+    /// Time every candidate tile on the first product of each shape class and keep the
+    /// fastest (a few milliseconds once per class). `None`: on for hardware GPUs, off for
+    /// software rasterizers, where the model's choice is good enough and trials are slow.
+    pub autotune: Option<bool>,
 }
 
 impl Default for WgpuConfig {
     fn default() -> Self {
-        WgpuConfig { f32_weights_as: Precision::F32, memory_budget: None, parallel_workgroups: None }
+        WgpuConfig {
+            f32_weights_as: Precision::F32,
+            memory_budget: None,
+            parallel_workgroups: None,
+            autotune: None,
+        }
     }
 }
 
@@ -79,6 +88,8 @@ pub struct WgpuEngine {
     tiles: Vec<Tile>,
     pinned_tile: RwLock<Option<Tile>>,
     parallel: f64,
+    autotune: bool,
+    tuned: RwLock<HashMap<TuneKey, Tile>>,
     weights: RwLock<HashMap<WeightId, Arc<GpuWeight>>>,
     resident: AtomicU64,
     serial: AtomicU64,
@@ -108,6 +119,17 @@ struct Slot {
     queries: Option<(wgpu::QuerySet, wgpu::Buffer)>,
     groups: HashMap<u64, wgpu::BindGroup>,
     epoch: u64,
+}
+
+/// A class of products that share a tile choice: rows rounded up to a power of two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct TuneKey {
+    rows: usize,
+    n: usize,
+    k: usize,
+    out_in: bool,
+    wtype: WeightType,
+    batch: usize,
 }
 
 /// Which buffer a GEMM reads `W` from: a resident weight, or the call's own operands.
@@ -221,6 +243,7 @@ impl WgpuEngine {
             }
             _ => 64.0,
         });
+        let autotune = cfg.autotune.unwrap_or(gpu.adapter.device_type != wgpu::DeviceType::Cpu);
         let timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let softmax = gpu.scoped("compile", || compile(device, &pipeline_layout, "softmax", &shaders::softmax_wgsl()))?;
         Ok(WgpuEngine {
@@ -233,6 +256,8 @@ impl WgpuEngine {
             tiles,
             pinned_tile: RwLock::new(None),
             parallel,
+            autotune,
+            tuned: RwLock::default(),
             weights: RwLock::default(),
             resident: AtomicU64::new(0),
             serial: AtomicU64::new(1),
@@ -269,11 +294,8 @@ impl WgpuEngine {
         Ok(())
     }
 
-    /// The tile a `m×n` product (of `batch` independent ones) runs with.
-    pub fn tile_for(&self, m: usize, n: usize, batch: usize) -> Tile {
-        if let Some(t) = *self.pinned_tile.read().expect("tile lock poisoned") {
-            return t;
-        }
+    /// The tile the cost model picks for a `m×n` product (of `batch` independent ones).
+    pub fn model_tile(&self, m: usize, n: usize, batch: usize) -> Tile {
         // Time ≈ waves of workgroups × work per workgroup ÷ the tile's efficiency (larger
         // tiles reuse each loaded element more often). Small products pick small tiles so
         // that enough workgroups exist to occupy the device.
@@ -291,6 +313,68 @@ impl WgpuEngine {
             .iter()
             .min_by(|a, b| cost(a).total_cmp(&cost(b)))
             .expect("at least one tile")
+    }
+
+    /// Tiles chosen by autotuning so far: `(rows class, n, k, tile)`.
+    pub fn tuned_tiles(&self) -> Vec<(usize, usize, usize, Tile)> {
+        let mut v: Vec<_> = self
+            .tuned
+            .read()
+            .expect("tune table poisoned")
+            .iter()
+            .map(|(k, t)| (k.rows, k.n, k.k, *t))
+            .collect();
+        v.sort_by_key(|e| (e.1, e.2, e.0));
+        v
+    }
+
+    /// The tile for one product: pinned, else tuned (running the trials through `trial` on
+    /// first sight of the class), else the cost model's.
+    fn choose_tile<'a>(
+        &self,
+        key: TuneKey,
+        m: usize,
+        trial: impl Fn(Tile) -> Result<Job<'a>, EngineError>,
+    ) -> Result<Tile, EngineError> {
+        if let Some(t) = *self.pinned_tile.read().expect("tile lock poisoned") {
+            return Ok(t);
+        }
+        if !self.autotune {
+            return Ok(self.model_tile(m, key.n, key.batch));
+        }
+        if let Some(t) = self.tuned.read().expect("tune table poisoned").get(&key) {
+            return Ok(*t);
+        }
+        // Tiles far taller than the product only compute padding.
+        let candidates: Vec<Tile> =
+            self.tiles.iter().copied().filter(|t| t.bm as usize <= (2 * key.rows).max(32)).collect();
+        let mut best: Option<(u64, Tile)> = None;
+        for tile in candidates {
+            let mut fastest = u64::MAX;
+            // The first run compiles the pipeline and warms caches; the next two are timed.
+            for run in 0..3 {
+                let before = self.stats();
+                let t = Instant::now();
+                self.execute(trial(tile)?)?;
+                let wall = t.elapsed().as_nanos() as u64;
+                let after = self.stats();
+                let ns = if after.gpu_timed_calls > before.gpu_timed_calls {
+                    after.gpu_ns - before.gpu_ns
+                } else {
+                    wall
+                };
+                if run > 0 {
+                    fastest = fastest.min(ns);
+                }
+            }
+            if best.is_none_or(|(b, _)| fastest < b) {
+                best = Some((fastest, tile));
+            }
+        }
+        let tile = best.map(|b| b.1).unwrap_or_else(|| self.model_tile(m, key.n, key.batch));
+        tracing::debug!(target: "gelo::engine", ?key, tile = %tile.name(), "tuned");
+        self.tuned.write().expect("tune table poisoned").insert(key, tile);
+        Ok(tile)
     }
 
     /// Summed call timings since the last reset.
@@ -347,9 +431,9 @@ impl WgpuEngine {
         wtype: WeightType,
         p: GemmParams,
         batch: usize,
+        tile: Tile,
     ) -> Result<(), EngineError> {
         let (m, n) = (p.m as usize, p.n as usize);
-        let tile = self.tile_for(m, n, batch);
         let groups = (ceil_div(n, tile.bn), ceil_div(m, tile.bm), batch);
         let max = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
         if groups.0 > max || groups.1 > max || groups.2 > max {
@@ -585,10 +669,38 @@ impl WgpuEngine {
         Ok(out)
     }
 
+    /// Shape class of a dynamic call, for tuning: `None` when the pairs differ in shape.
+    fn dynamic_key(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Option<(TuneKey, usize)>, EngineError> {
+        let shapes = pairs.iter().map(|(a, b)| dynamic_shape(a, b, transpose_b)).collect::<Result<Vec<_>, _>>()?;
+        if !shapes.windows(2).all(|w| w[0] == w[1]) {
+            return Ok(None);
+        }
+        let (m, k, n) = shapes[0];
+        let key = TuneKey {
+            rows: m.next_power_of_two(),
+            n,
+            k,
+            out_in: transpose_b,
+            wtype: WeightType::F32,
+            batch: pairs.len().next_power_of_two(),
+        };
+        Ok(Some((key, m)))
+    }
+
+    fn dynamic_call(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Vec<Matrix>, EngineError> {
+        let tile = match self.dynamic_key(pairs, transpose_b)? {
+            Some((key, m)) => Some(self.choose_tile(key, m, |t| self.dynamic_job(pairs, transpose_b, Some(t)))?),
+            None => None,
+        };
+        self.execute(self.dynamic_job(pairs, transpose_b, tile)?)
+    }
+
+    /// The job of a dynamic call; `tile` is used for every dispatch when given.
     fn dynamic_job<'a>(
         &self,
         pairs: &[(&'a Masked, &'a Masked)],
         transpose_b: bool,
+        tile: Option<Tile>,
     ) -> Result<Job<'a>, EngineError> {
         let op = "matmul_dynamic";
         let shapes = pairs.iter().map(|(a, b)| dynamic_shape(a, b, transpose_b)).collect::<Result<Vec<_>, _>>()?;
@@ -639,12 +751,51 @@ impl WgpuEngine {
         };
         if uniform {
             let p = params(0)?;
-            self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, pairs.len())?;
+            let (m, n) = (p.m as usize, p.n as usize);
+            let tile = tile.unwrap_or_else(|| self.model_tile(m, n, pairs.len()));
+            self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, pairs.len(), tile)?;
         } else {
             for i in 0..pairs.len() {
                 let p = params(i)?;
-                self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, 1)?;
+                let (m, n) = (p.m as usize, p.n as usize);
+                let tile = tile.unwrap_or_else(|| self.model_tile(m, n, 1));
+                self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, 1, tile)?;
             }
+        }
+        Ok(job)
+    }
+}
+
+impl WgpuEngine {
+    /// The job of `x · W` for every weight, `tiles[i]` for the i-th.
+    fn many_job<'a>(&self, x: &'a Masked, ws: &[Arc<GpuWeight>], tiles: &[Tile]) -> Result<Job<'a>, EngineError> {
+        let op = "matmul";
+        let (m, k) = (x.rows(), x.cols());
+        let mut job = Job {
+            op,
+            params: Vec::new(),
+            dispatches: Vec::new(),
+            inputs: vec![x.matrix().as_slice()],
+            outputs: Vec::new(),
+            out_len: 0,
+        };
+        let x_off = ws.len() * PARAMS_BYTES as usize / 4;
+        for (w, &tile) in ws.iter().zip(tiles) {
+            let o_off = job.out_len;
+            job.outputs.push((o_off, m, w.d_out));
+            job.out_len += m * w.d_out;
+            let p = GemmParams {
+                m: to_u32(op, m)?,
+                n: to_u32(op, w.d_out)?,
+                k: to_u32(op, k)?,
+                x_off: to_u32(op, x_off)?,
+                x_ld: to_u32(op, k)?,
+                w_ld: to_u32(op, w.ld)?,
+                o_off: to_u32(op, o_off)?,
+                o_ld: to_u32(op, w.d_out)?,
+                ..Default::default()
+            };
+            self.push_gemm(&mut job, WSource::Weight(w.clone()), w.layout, w.wtype, p, 1, tile)?;
         }
         Ok(job)
     }
@@ -776,40 +927,27 @@ impl Engine for WgpuEngine {
         if ws.is_empty() {
             return Ok(Vec::new());
         }
-        let op = "matmul";
         let (m, k) = (x.rows(), x.cols());
-        let mut job = Job {
-            op,
-            params: Vec::new(),
-            dispatches: Vec::new(),
-            inputs: vec![x.matrix().as_slice()],
-            outputs: Vec::new(),
-            out_len: 0,
-        };
-        let x_off = ws.len() * PARAMS_BYTES as usize / 4;
-        for w in &ws {
-            let o_off = job.out_len;
-            job.outputs.push((o_off, m, w.d_out));
-            job.out_len += m * w.d_out;
-            let p = GemmParams {
-                m: to_u32(op, m)?,
-                n: to_u32(op, w.d_out)?,
-                k: to_u32(op, k)?,
-                x_off: to_u32(op, x_off)?,
-                x_ld: to_u32(op, k)?,
-                w_ld: to_u32(op, w.ld)?,
-                o_off: to_u32(op, o_off)?,
-                o_ld: to_u32(op, w.d_out)?,
-                ..Default::default()
-            };
-            self.push_gemm(&mut job, WSource::Weight(w.clone()), w.layout, w.wtype, p, 1)?;
-        }
+        let tiles = ws
+            .iter()
+            .map(|w| {
+                let key = TuneKey {
+                    rows: m.next_power_of_two(),
+                    n: w.d_out,
+                    k,
+                    out_in: w.layout == WeightLayout::OutIn,
+                    wtype: w.wtype,
+                    batch: 1,
+                };
+                self.choose_tile(key, m, |t| self.many_job(x, std::slice::from_ref(w), &[t]))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let job = self.many_job(x, &ws, &tiles)?;
         Ok(self.execute(job)?.into_iter().map(Masked::from_mixed).collect())
     }
 
     fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
-        let job = self.dynamic_job(&[(a, b)], transpose_b)?;
-        let mut out = self.execute(job)?;
+        let mut out = self.dynamic_call(&[(a, b)], transpose_b)?;
         Ok(Masked::from_mixed(out.pop().expect("one pair, one product")))
     }
 
@@ -821,8 +959,7 @@ impl Engine for WgpuEngine {
         if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        let job = self.dynamic_job(pairs, transpose_b)?;
-        Ok(self.execute(job)?.into_iter().map(Masked::from_mixed).collect())
+        Ok(self.dynamic_call(pairs, transpose_b)?.into_iter().map(Masked::from_mixed).collect())
     }
 
     fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {

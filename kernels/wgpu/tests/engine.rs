@@ -398,3 +398,27 @@ fn concurrent_callers_each_get_their_own_product() {
         }
     });
 }
+
+#[test]
+fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig { autotune: Some(true), ..WgpuConfig::default() }).unwrap();
+    let cpu = CpuEngine::new();
+    let w = weight(40, 72, WeightLayout::OutIn, 3);
+    gpu.register(id("tune.w"), w.clone()).unwrap();
+    cpu.register(id("tune.w"), w.clone()).unwrap();
+    for rows in [5, 7, 8] {
+        let x = random(rows, 40, rows as u64);
+        let got = gpu.matmul(&plain(&x), &id("tune.w")).unwrap().into_matrix();
+        let want = cpu.matmul(&plain(&x), &id("tune.w")).unwrap().into_matrix();
+        assert_product(&format!("tuned rows={rows}"), &got, &want, &x, &dense(&w));
+    }
+    // 5, 7 and 8 rows share the class of 8: tuned once.
+    let tuned = gpu.tuned_tiles();
+    assert_eq!(tuned.len(), 1, "{tuned:?}");
+    assert_eq!((tuned[0].0, tuned[0].1, tuned[0].2), (8, 72, 40));
+    let (a, b) = (random(6, 9, 1), random(11, 9, 2));
+    let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
+    let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
+    assert_product("tuned dynamic", &got, &want, &a, &b.transpose());
+    assert_eq!(gpu.tuned_tiles().len(), 2);
+}
