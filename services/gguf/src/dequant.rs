@@ -18,7 +18,7 @@ const ELEMENTS_PER_TASK: usize = 1 << 15;
 /// Dequantizes `bytes`, a whole number of `dtype` blocks, into a new vector.
 pub fn dequantize(dtype: GgmlType, bytes: &[u8]) -> Result<Vec<f32>> {
     let (block, type_size) = dtype.block_geometry();
-    if bytes.len() % type_size != 0 {
+    if !bytes.len().is_multiple_of(type_size) {
         return Err(Error::Dequantize {
             dtype,
             len: bytes.len(),
@@ -34,7 +34,7 @@ pub fn dequantize(dtype: GgmlType, bytes: &[u8]) -> Result<Vec<f32>> {
 /// elements (lets callers reuse or pre-place memory).
 pub fn dequantize_into(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     let (block, type_size) = dtype.block_geometry();
-    if bytes.len() % type_size != 0 || bytes.len() / type_size * block != out.len() {
+    if !bytes.len().is_multiple_of(type_size) || bytes.len() / type_size * block != out.len() {
         return Err(Error::Dequantize {
             dtype,
             len: bytes.len(),
@@ -82,7 +82,10 @@ pub fn dequantize_into(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result
                 kernel(bytes, out);
                 return;
             }
-            for (o, b) in out.chunks_exact_mut(block).zip(bytes.chunks_exact(type_size)) {
+            for (o, b) in out
+                .chunks_exact_mut(block)
+                .zip(bytes.chunks_exact(type_size))
+            {
                 kernel(b, o);
             }
         });
@@ -369,16 +372,30 @@ mod tests {
     fn scalar_tails_are_converted() {
         // 1500 values, one full 1024-element chunk and a 476-element tail; each is a 7-bit
         // integer times a power of two, exact in both f16 and bf16.
-        let vals: Vec<f32> = (0..1500).map(|i| ((i % 200) as f32 - 100.0) * 2f32.powi(i % 7 - 3)).collect();
-        let bytes: Vec<u8> = vals.iter().flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect();
+        let vals: Vec<f32> = (0..1500)
+            .map(|i| ((i % 200) as f32 - 100.0) * 2f32.powi(i % 7 - 3))
+            .collect();
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
+            .collect();
         assert_eq!(dequantize(GgmlType::F16, &bytes).unwrap(), vals);
-        let bytes: Vec<u8> = vals.iter().flat_map(|&v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect();
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+            .collect();
         assert_eq!(dequantize(GgmlType::BF16, &bytes).unwrap(), vals);
     }
 
     #[test]
     fn partial_blocks_are_refused() {
-        assert!(matches!(dequantize(GgmlType::Q6_K, &[0u8; 209]), Err(Error::Dequantize { .. })));
-        assert!(matches!(dequantize(GgmlType::IQ2_XS, &[0u8; 74]), Err(Error::Dequantize { .. })));
+        assert!(matches!(
+            dequantize(GgmlType::Q6_K, &[0u8; 209]),
+            Err(Error::Dequantize { .. })
+        ));
+        assert!(matches!(
+            dequantize(GgmlType::IQ2_XS, &[0u8; 74]),
+            Err(Error::Dequantize { .. })
+        ));
     }
 }

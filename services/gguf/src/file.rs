@@ -109,7 +109,8 @@ impl GgufFile {
         let mut tensors = Vec::with_capacity(header.tensors.len());
         let mut by_name = HashMap::with_capacity(header.tensors.len());
         for raw in header.tensors {
-            let (dtype, range) = check_tensor(&raw, header.alignment, header.data_offset, bytes.len())?;
+            let (dtype, range) =
+                check_tensor(&raw, header.alignment, header.data_offset, bytes.len())?;
             if by_name.insert(raw.name.clone(), tensors.len()).is_some() {
                 return Err(Error::BadTensor {
                     name: raw.name,

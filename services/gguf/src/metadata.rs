@@ -163,7 +163,8 @@ impl Metadata {
     }
 
     fn require(&self, key: &str) -> Result<&Value> {
-        self.get(key).ok_or_else(|| Error::MissingKey(key.to_string()))
+        self.get(key)
+            .ok_or_else(|| Error::MissingKey(key.to_string()))
     }
 
     fn mismatch(key: &str, expected: &'static str, found: &Value) -> Error {

@@ -4,8 +4,9 @@
 //! `"GGUF" u32:version u64:n_tensors u64:n_kv`, then `n_kv` × `(string key, u32 type, value)`,
 //! then `n_tensors` × `(string name, u32 n_dims, u64 ne[n_dims], u32 type, u64 offset)`, then
 //! padding to `general.alignment` (default 32) and the tensor data. Strings are `u64 len`
-//! + UTF-8 bytes. Every count and length comes from the file, so none is trusted: reads are
-//! checked against the bytes left and allocations are capped by what those bytes could hold.
+//! and UTF-8 bytes. Every count and length comes from the file, so none is trusted: reads
+//! are checked against the bytes left and allocations are capped by what those bytes could
+//! hold.
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
@@ -73,7 +74,10 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
 
-    fn string(&mut self, what: &dyn Fn() -> String) -> Result<std::result::Result<String, std::string::FromUtf8Error>> {
+    fn string(
+        &mut self,
+        what: &dyn Fn() -> String,
+    ) -> Result<std::result::Result<String, std::string::FromUtf8Error>> {
         let len = self.u64(what)?;
         let bytes = self.take(len, what)?;
         Ok(String::from_utf8(bytes.to_vec()))
@@ -140,7 +144,9 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header> {
                 reason: format!("{n_dims} dimensions, ggml allows at most {MAX_DIMS}"),
             });
         }
-        let ne = (0..n_dims).map(|_| c.u64(&what)).collect::<Result<Vec<_>>>()?;
+        let ne = (0..n_dims)
+            .map(|_| c.u64(&what))
+            .collect::<Result<Vec<_>>>()?;
         let type_id = c.u32(&what)?;
         let offset = c.u64(&what)?;
         tensors.push(RawTensorInfo {
@@ -192,8 +198,14 @@ fn read_value(c: &mut Cursor<'_>, type_id: u32, key: &str, depth: usize) -> Resu
         4 => Value::U32(u32::from_le_bytes(c.array(&what)?)),
         5 => Value::I32(i32::from_le_bytes(c.array(&what)?)),
         6 => Value::F32(f32::from_le_bytes(c.array(&what)?)),
-        7 => Value::Bool(read_bool(c.array::<1>(&what)?[0]).ok_or_else(|| bad("bool byte is not 0 or 1".into()))?),
-        8 => Value::String(c.string(&what)?.map_err(|_| bad("string is not UTF-8".into()))?),
+        7 => Value::Bool(
+            read_bool(c.array::<1>(&what)?[0])
+                .ok_or_else(|| bad("bool byte is not 0 or 1".into()))?,
+        ),
+        8 => Value::String(
+            c.string(&what)?
+                .map_err(|_| bad("string is not UTF-8".into()))?,
+        ),
         9 => {
             if depth >= MAX_ARRAY_DEPTH {
                 return Err(bad(format!("arrays nested deeper than {MAX_ARRAY_DEPTH}")));
@@ -225,12 +237,19 @@ fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array> {
     let count = c.u64(&what)?;
 
     if let Some(size) = scalar_size(elem_type) {
-        let total = count.checked_mul(size).ok_or_else(|| bad(format!("array length {count} overflows")))?;
+        let total = count
+            .checked_mul(size)
+            .ok_or_else(|| bad(format!("array length {count} overflows")))?;
         let bytes = c.take(total, &what)?;
         let n = size as usize;
         macro_rules! decode {
             ($variant:ident, $ty:ty) => {
-                Array::$variant(bytes.chunks_exact(n).map(|b| <$ty>::from_le_bytes(b.try_into().unwrap())).collect())
+                Array::$variant(
+                    bytes
+                        .chunks_exact(n)
+                        .map(|b| <$ty>::from_le_bytes(b.try_into().unwrap()))
+                        .collect(),
+                )
             };
         }
         return Ok(match elem_type {
@@ -294,7 +313,8 @@ pub(crate) fn check_tensor(
         name: raw.name.clone(),
         reason,
     };
-    let dtype = GgmlType::from_id(raw.type_id).ok_or_else(|| bad(format!("unknown ggml type id {}", raw.type_id)))?;
+    let dtype = GgmlType::from_id(raw.type_id)
+        .ok_or_else(|| bad(format!("unknown ggml type id {}", raw.type_id)))?;
     let (block, type_size) = dtype.block_geometry();
     let n_elements = raw
         .ne
@@ -302,7 +322,7 @@ pub(crate) fn check_tensor(
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| bad(format!("shape {:?} overflows", raw.ne)))?;
     let ne0 = raw.ne.first().copied().unwrap_or(1);
-    if ne0 % block as u64 != 0 {
+    if !ne0.is_multiple_of(block as u64) {
         return Err(bad(format!(
             "row length {ne0} is not a multiple of the {dtype} block size {block}"
         )));
@@ -310,13 +330,18 @@ pub(crate) fn check_tensor(
     let n_bytes = (n_elements / block as u64)
         .checked_mul(type_size as u64)
         .ok_or_else(|| bad(format!("shape {:?} overflows", raw.ne)))?;
-    if raw.offset % alignment != 0 {
-        return Err(bad(format!("data offset {} is not a multiple of the alignment {alignment}", raw.offset)));
+    if !raw.offset.is_multiple_of(alignment) {
+        return Err(bad(format!(
+            "data offset {} is not a multiple of the alignment {alignment}",
+            raw.offset
+        )));
     }
     let start = (data_offset as u64).checked_add(raw.offset);
     let end = start.and_then(|s| s.checked_add(n_bytes));
     match (start, end) {
-        (Some(start), Some(end)) if end <= file_len as u64 => Ok((dtype, start as usize..end as usize)),
+        (Some(start), Some(end)) if end <= file_len as u64 => {
+            Ok((dtype, start as usize..end as usize))
+        }
         _ => Err(bad(format!(
             "data [{} + {}, +{n_bytes} bytes) lies past the end of the file ({file_len} bytes)",
             data_offset, raw.offset

@@ -2,6 +2,8 @@
 //! the committed fixtures.
 #![allow(dead_code)]
 
+pub mod builder;
+
 use std::path::PathBuf;
 
 pub const SMOLLM2: &str = "smollm2-135m-instruct.gguf";
@@ -11,7 +13,9 @@ pub const QWEN25: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 pub fn models_dir() -> PathBuf {
     let cache = std::env::var_os("GELO_CACHE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/gelo"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/gelo")
+        });
     cache.join("models")
 }
 
@@ -27,7 +31,9 @@ pub fn model_path(file: &str) -> PathBuf {
 }
 
 pub fn fixture_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 pub fn read_json(path: PathBuf) -> serde_json::Value {
