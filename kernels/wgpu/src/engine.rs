@@ -26,7 +26,10 @@ use kernels::{
 use crate::{
     device::Gpu,
     select::{AdapterSpec, AdapterSummary},
-    shaders::{self, GemmKey, GemmParams, SoftmaxParams, Tile, WeightType, PARAMS_BYTES, TILES},
+    shaders::{
+        self, GemmKey, GemmParams, ReduceParams, SoftmaxParams, Tile, WeightType, PARAMS_BYTES,
+        REDUCE_THREADS, TILES,
+    },
     weights::{self, GpuWeight},
 };
 
@@ -76,6 +79,32 @@ pub struct CallStats {
     pub bytes_down: u64,
 }
 
+/// How one product runs: its tile, and into how many K slices it is split (each slice a
+/// workgroup layer of its own, summed by a second dispatch). Splitting gives skinny products
+/// (decode, few rows) enough workgroups to keep the memory system busy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub tile: Tile,
+    pub splits: u32,
+}
+
+impl Plan {
+    pub fn new(tile: Tile) -> Self {
+        Plan { tile, splits: 1 }
+    }
+
+    pub fn name(&self) -> String {
+        if self.splits > 1 { format!("{}·k/{}", self.tile.name(), self.splits) } else { self.tile.name() }
+    }
+}
+
+/// Whether `k` splits into `s` slices that start on whole 16-bit words and are long enough
+/// to be worth a workgroup.
+fn splits_evenly(k: usize, s: u32) -> bool {
+    let s = s as usize;
+    s == 1 || (k % s == 0 && (k / s) % 2 == 0 && k / s >= 64)
+}
+
 /// The Vulkan engine. Cheap to share: every method takes `&self` and is safe from many
 /// threads at once.
 pub struct WgpuEngine {
@@ -85,11 +114,12 @@ pub struct WgpuEngine {
     pipeline_layout: wgpu::PipelineLayout,
     gemm: Mutex<HashMap<GemmKey, Arc<wgpu::ComputePipeline>>>,
     softmax: Arc<wgpu::ComputePipeline>,
+    reduce: Arc<wgpu::ComputePipeline>,
     tiles: Vec<Tile>,
-    pinned_tile: RwLock<Option<Tile>>,
+    pinned: RwLock<Option<Plan>>,
     parallel: f64,
     autotune: bool,
-    tuned: RwLock<HashMap<TuneKey, Tile>>,
+    tuned: RwLock<HashMap<TuneKey, Plan>>,
     weights: RwLock<HashMap<WeightId, Arc<GpuWeight>>>,
     resident: AtomicU64,
     serial: AtomicU64,
@@ -162,7 +192,10 @@ struct Job<'a> {
     inputs: Vec<&'a [f32]>,
     /// `(offset, rows, cols)` of each result in the output buffer, in elements.
     outputs: Vec<(usize, usize, usize)>,
+    /// Elements of results, read back.
     out_len: usize,
+    /// Elements of split-K partials after the results, never read back.
+    scratch_len: usize,
 }
 
 fn to_u32(op: &'static str, v: usize) -> Result<u32, EngineError> {
@@ -246,6 +279,7 @@ impl WgpuEngine {
         let autotune = cfg.autotune.unwrap_or(gpu.adapter.device_type != wgpu::DeviceType::Cpu);
         let timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let softmax = gpu.scoped("compile", || compile(device, &pipeline_layout, "softmax", &shaders::softmax_wgsl()))?;
+        let reduce = gpu.scoped("compile", || compile(device, &pipeline_layout, "reduce", &shaders::reduce_wgsl()))?;
         Ok(WgpuEngine {
             gpu,
             cfg,
@@ -253,8 +287,9 @@ impl WgpuEngine {
             pipeline_layout,
             gemm: Mutex::default(),
             softmax: Arc::new(softmax),
+            reduce: Arc::new(reduce),
             tiles,
-            pinned_tile: RwLock::new(None),
+            pinned: RwLock::new(None),
             parallel,
             autotune,
             tuned: RwLock::default(),
@@ -283,14 +318,15 @@ impl WgpuEngine {
         &self.tiles
     }
 
-    /// Forces one tile for every GEMM (benchmarks), or returns to automatic choice.
-    pub fn pin_tile(&self, tile: Option<Tile>) -> Result<(), EngineError> {
-        if let Some(t) = tile {
-            if !self.tiles.contains(&t) {
-                return Err(EngineError::Backend(format!("tile {} is not available on this device", t.name())));
+    /// Forces one plan for every GEMM (benchmarks, tests), or returns to automatic choice.
+    /// A split plan applies to products by registered weights; dynamic ones run unsplit.
+    pub fn pin(&self, plan: Option<Plan>) -> Result<(), EngineError> {
+        if let Some(p) = plan {
+            if !self.tiles.contains(&p.tile) || !(1..=64).contains(&p.splits) {
+                return Err(EngineError::Backend(format!("plan {} is not available on this device", p.name())));
             }
         }
-        *self.pinned_tile.write().expect("tile lock poisoned") = tile;
+        *self.pinned.write().expect("plan lock poisoned") = plan;
         Ok(())
     }
 
@@ -315,8 +351,8 @@ impl WgpuEngine {
             .expect("at least one tile")
     }
 
-    /// Tiles chosen by autotuning so far: `(rows class, n, k, tile)`.
-    pub fn tuned_tiles(&self) -> Vec<(usize, usize, usize, Tile)> {
+    /// Plans chosen by autotuning so far: `(rows class, n, k, plan)`.
+    pub fn tuned_plans(&self) -> Vec<(usize, usize, usize, Plan)> {
         let mut v: Vec<_> = self
             .tuned
             .read()
@@ -328,27 +364,54 @@ impl WgpuEngine {
         v
     }
 
-    /// The tile for one product: pinned, else tuned (running the trials through `trial` on
-    /// first sight of the class), else the cost model's.
-    fn choose_tile<'a>(
+    /// The plan autotuning chose for products of `rows` rows (any count in the same
+    /// power-of-two class) by an `(k, n)` weight in `layout` stored as `storage`.
+    pub fn tuned_plan(&self, rows: usize, k: usize, n: usize, layout: WeightLayout, storage: Precision) -> Option<Plan> {
+        let key = TuneKey {
+            rows: rows.next_power_of_two(),
+            n,
+            k,
+            out_in: layout == WeightLayout::OutIn,
+            wtype: weights::wtype(storage),
+            batch: 1,
+        };
+        self.tuned.read().expect("tune table poisoned").get(&key).copied()
+    }
+
+    /// The plan for one product: pinned, else tuned (running the trials through `trial` on
+    /// first sight of the class), else the cost model's tile unsplit. `splittable`: whether
+    /// the caller can run split plans.
+    fn choose_plan<'a>(
         &self,
         key: TuneKey,
         m: usize,
-        trial: impl Fn(Tile) -> Result<Job<'a>, EngineError>,
-    ) -> Result<Tile, EngineError> {
-        if let Some(t) = *self.pinned_tile.read().expect("tile lock poisoned") {
-            return Ok(t);
+        splittable: bool,
+        trial: impl Fn(Plan) -> Result<Job<'a>, EngineError>,
+    ) -> Result<Plan, EngineError> {
+        if let Some(p) = *self.pinned.read().expect("plan lock poisoned") {
+            let splits = if splittable && splits_evenly(key.k, p.splits) { p.splits } else { 1 };
+            return Ok(Plan { splits, ..p });
         }
         if !self.autotune {
-            return Ok(self.model_tile(m, key.n, key.batch));
+            return Ok(Plan::new(self.model_tile(m, key.n, key.batch)));
         }
-        if let Some(t) = self.tuned.read().expect("tune table poisoned").get(&key) {
-            return Ok(*t);
+        if let Some(p) = self.tuned.read().expect("tune table poisoned").get(&key) {
+            return Ok(*p);
         }
-        // Tiles far taller than the product only compute padding.
-        let candidates: Vec<Tile> =
-            self.tiles.iter().copied().filter(|t| t.bm as usize <= (2 * key.rows).max(32)).collect();
-        let mut best: Option<(u64, Tile)> = None;
+        // Tiles far taller than the product only compute padding; K splits pay only where
+        // the unsplit product has few workgroups.
+        let mut candidates = Vec::new();
+        for &t in self.tiles.iter().filter(|t| t.bm as usize <= (2 * key.rows).max(32)) {
+            candidates.push(Plan::new(t));
+            if splittable && t.bm <= 32 {
+                for s in [2, 4, 8] {
+                    if splits_evenly(key.k, s) {
+                        candidates.push(Plan { tile: t, splits: s });
+                    }
+                }
+            }
+        }
+        let mut best: Option<(u64, Plan)> = None;
         for tile in candidates {
             let mut fastest = u64::MAX;
             // The first run compiles the pipeline and warms caches; the next two are timed.
@@ -371,10 +434,10 @@ impl WgpuEngine {
                 best = Some((fastest, tile));
             }
         }
-        let tile = best.map(|b| b.1).unwrap_or_else(|| self.model_tile(m, key.n, key.batch));
-        tracing::debug!(target: "gelo::engine", ?key, tile = %tile.name(), "tuned");
-        self.tuned.write().expect("tune table poisoned").insert(key, tile);
-        Ok(tile)
+        let plan = best.map(|b| b.1).unwrap_or_else(|| Plan::new(self.model_tile(m, key.n, key.batch)));
+        tracing::debug!(target: "gelo::engine", ?key, plan = %plan.name(), "tuned");
+        self.tuned.write().expect("tune table poisoned").insert(key, plan);
+        Ok(plan)
     }
 
     /// Summed call timings since the last reset.
@@ -429,11 +492,34 @@ impl WgpuEngine {
         w: WSource,
         layout: WeightLayout,
         wtype: WeightType,
-        p: GemmParams,
+        mut p: GemmParams,
         batch: usize,
-        tile: Tile,
+        plan: Plan,
     ) -> Result<(), EngineError> {
-        let (m, n) = (p.m as usize, p.n as usize);
+        let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+        let tile = plan.tile;
+        // A split product runs its K slices as the batch dimension into scratch, then sums.
+        let split = plan.splits > 1 && batch == 1 && splits_evenly(k, plan.splits);
+        let batch = if split { plan.splits as usize } else { batch };
+        let mut reduce = None;
+        if split {
+            let ks = k / plan.splits as usize;
+            let scratch = job.out_len + job.scratch_len;
+            job.scratch_len += plan.splits as usize * m * n;
+            reduce = Some(ReduceParams {
+                count: to_u32(job.op, m * n)?,
+                splits: plan.splits,
+                src: to_u32(job.op, scratch)?,
+                dst: p.o_off,
+                stride: to_u32(job.op, m * n)?,
+                ..Default::default()
+            });
+            p.k = to_u32(job.op, ks)?;
+            p.x_bs = p.k;
+            p.w_bs = if layout == WeightLayout::OutIn { p.k } else { to_u32(job.op, ks * p.w_ld as usize)? };
+            p.o_off = to_u32(job.op, scratch)?;
+            p.o_bs = to_u32(job.op, m * n)?;
+        }
         let groups = (ceil_div(n, tile.bn), ceil_div(m, tile.bm), batch);
         let max = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
         if groups.0 > max || groups.1 > max || groups.2 > max {
@@ -446,6 +532,19 @@ impl WgpuEngine {
         job.params.extend_from_slice(bytemuck::bytes_of(&p));
         job.params.resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
         job.dispatches.push(Dispatch { pipeline, w, groups: (groups.0 as u32, groups.1 as u32, groups.2 as u32) });
+        if let Some(mut r) = reduce {
+            let wgs = (m * n).div_ceil(REDUCE_THREADS as usize);
+            let gx = wgs.min(max);
+            let gy = wgs.div_ceil(gx);
+            r.row = to_u32(job.op, gx * REDUCE_THREADS as usize)?;
+            job.params.extend_from_slice(bytemuck::bytes_of(&r));
+            job.params.resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
+            job.dispatches.push(Dispatch {
+                pipeline: self.reduce.clone(),
+                w: WSource::Input,
+                groups: (gx as u32, gy as u32, 1),
+            });
+        }
         Ok(())
     }
 
@@ -557,16 +656,22 @@ impl WgpuEngine {
         self.gpu.check_alive()?;
         let t0 = Instant::now();
         let op = job.op;
-        let in_bytes =
-            job.params.len() as u64 + job.inputs.iter().map(|s| s.len() as u64 * 4).sum::<u64>();
+        // Operands first (offsets in the kernels' parameters count from 0), then the
+        // parameter blocks at the next dynamic-offset boundary.
+        let data_bytes = job.inputs.iter().map(|s| s.len() as u64 * 4).sum::<u64>();
+        let params_base = data_bytes.next_multiple_of(PARAMS_BYTES);
+        let in_bytes = params_base + job.params.len() as u64;
+        // Dynamic offsets are 32-bit.
+        to_u32(op, in_bytes as usize)?;
         let out_bytes = (job.out_len as u64 * 4).max(4);
+        let work_bytes = ((job.out_len + job.scratch_len) as u64 * 4).max(4);
         let max_binding = self.gpu.limits.max_storage_buffer_binding_size;
-        if in_bytes > max_binding || out_bytes > max_binding {
+        if in_bytes > max_binding || work_bytes > max_binding {
             return Err(EngineError::OutOfMemory(format!(
                 "{op}: {in_bytes} bytes in and {out_bytes} out exceed the device's largest binding ({max_binding})"
             )));
         }
-        let mut slot = self.take_slot(in_bytes, out_bytes)?;
+        let mut slot = self.take_slot(in_bytes, work_bytes)?;
 
         // 1. Pack parameters and operands straight into the mapped upload buffer.
         {
@@ -576,12 +681,13 @@ impl WgpuEngine {
                 .get_mapped_range_mut()
                 .map_err(|e| self.gpu.classify(op, format!("upload buffer not mapped: {e}")))?;
             // Write-only view: the mapping may be write-combining memory, never read back.
-            let mut at = job.params.len();
-            view.slice(..at).copy_from_slice(&job.params);
+            let mut at = 0;
             for s in &job.inputs {
                 view.slice(at..at + s.len() * 4).copy_from_slice(bytemuck::cast_slice(s));
                 at += s.len() * 4;
             }
+            let base = params_base as usize;
+            view.slice(base..base + job.params.len()).copy_from_slice(&job.params);
         }
         slot.up.unmap();
 
@@ -602,7 +708,7 @@ impl WgpuEngine {
                 });
                 for (i, (d, g)) in job.dispatches.iter().zip(&groups).enumerate() {
                     pass.set_pipeline(&d.pipeline);
-                    pass.set_bind_group(0, g, &[(i as u64 * PARAMS_BYTES) as u32]);
+                    pass.set_bind_group(0, g, &[(params_base + i as u64 * PARAMS_BYTES) as u32]);
                     pass.dispatch_workgroups(d.groups.0, d.groups.1, d.groups.2);
                 }
             }
@@ -689,7 +795,9 @@ impl WgpuEngine {
 
     fn dynamic_call(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Vec<Matrix>, EngineError> {
         let tile = match self.dynamic_key(pairs, transpose_b)? {
-            Some((key, m)) => Some(self.choose_tile(key, m, |t| self.dynamic_job(pairs, transpose_b, Some(t)))?),
+            Some((key, m)) => {
+                Some(self.choose_plan(key, m, false, |p| self.dynamic_job(pairs, transpose_b, Some(p.tile)))?.tile)
+            }
             None => None,
         };
         self.execute(self.dynamic_job(pairs, transpose_b, tile)?)
@@ -705,8 +813,7 @@ impl WgpuEngine {
         let op = "matmul_dynamic";
         let shapes = pairs.iter().map(|(a, b)| dynamic_shape(a, b, transpose_b)).collect::<Result<Vec<_>, _>>()?;
         let uniform = shapes.windows(2).all(|w| w[0] == w[1]);
-        let count = if uniform { 1 } else { pairs.len() };
-        let base = count * PARAMS_BYTES as usize / 4;
+        let base = 0;
         let mut job = Job {
             op,
             params: Vec::new(),
@@ -714,6 +821,7 @@ impl WgpuEngine {
             inputs: Vec::new(),
             outputs: Vec::new(),
             out_len: 0,
+            scratch_len: 0,
         };
         // Operands: every `a`, then every `b`; results consecutive.
         let a_offs: Vec<usize> = shapes.iter().scan(base, |o, &(m, k, _)| { let r = *o; *o += m * k; Some(r) }).collect();
@@ -753,13 +861,13 @@ impl WgpuEngine {
             let p = params(0)?;
             let (m, n) = (p.m as usize, p.n as usize);
             let tile = tile.unwrap_or_else(|| self.model_tile(m, n, pairs.len()));
-            self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, pairs.len(), tile)?;
+            self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, pairs.len(), Plan::new(tile))?;
         } else {
             for i in 0..pairs.len() {
                 let p = params(i)?;
                 let (m, n) = (p.m as usize, p.n as usize);
                 let tile = tile.unwrap_or_else(|| self.model_tile(m, n, 1));
-                self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, 1, tile)?;
+                self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, 1, Plan::new(tile))?;
             }
         }
         Ok(job)
@@ -768,7 +876,7 @@ impl WgpuEngine {
 
 impl WgpuEngine {
     /// The job of `x · W` for every weight, `tiles[i]` for the i-th.
-    fn many_job<'a>(&self, x: &'a Masked, ws: &[Arc<GpuWeight>], tiles: &[Tile]) -> Result<Job<'a>, EngineError> {
+    fn many_job<'a>(&self, x: &'a Masked, ws: &[Arc<GpuWeight>], plans: &[Plan]) -> Result<Job<'a>, EngineError> {
         let op = "matmul";
         let (m, k) = (x.rows(), x.cols());
         let mut job = Job {
@@ -778,12 +886,15 @@ impl WgpuEngine {
             inputs: vec![x.matrix().as_slice()],
             outputs: Vec::new(),
             out_len: 0,
+            scratch_len: 0,
         };
-        let x_off = ws.len() * PARAMS_BYTES as usize / 4;
-        for (w, &tile) in ws.iter().zip(tiles) {
-            let o_off = job.out_len;
-            job.outputs.push((o_off, m, w.d_out));
+        let x_off = 0;
+        // Every result's place first: split products put their scratch after all of them.
+        for w in ws {
+            job.outputs.push((job.out_len, m, w.d_out));
             job.out_len += m * w.d_out;
+        }
+        for ((w, &plan), &(o_off, _, _)) in ws.iter().zip(plans).zip(&job.outputs.clone()) {
             let p = GemmParams {
                 m: to_u32(op, m)?,
                 n: to_u32(op, w.d_out)?,
@@ -795,7 +906,7 @@ impl WgpuEngine {
                 o_ld: to_u32(op, w.d_out)?,
                 ..Default::default()
             };
-            self.push_gemm(&mut job, WSource::Weight(w.clone()), w.layout, w.wtype, p, 1, tile)?;
+            self.push_gemm(&mut job, WSource::Weight(w.clone()), w.layout, w.wtype, p, 1, plan)?;
         }
         Ok(job)
     }
@@ -928,7 +1039,7 @@ impl Engine for WgpuEngine {
             return Ok(Vec::new());
         }
         let (m, k) = (x.rows(), x.cols());
-        let tiles = ws
+        let plans = ws
             .iter()
             .map(|w| {
                 let key = TuneKey {
@@ -939,10 +1050,10 @@ impl Engine for WgpuEngine {
                     wtype: w.wtype,
                     batch: 1,
                 };
-                self.choose_tile(key, m, |t| self.many_job(x, std::slice::from_ref(w), &[t]))
+                self.choose_plan(key, m, true, |p| self.many_job(x, std::slice::from_ref(w), &[p]))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let job = self.many_job(x, &ws, &tiles)?;
+        let job = self.many_job(x, &ws, &plans)?;
         Ok(self.execute(job)?.into_iter().map(Masked::from_mixed).collect())
     }
 
@@ -979,7 +1090,7 @@ impl Engine for WgpuEngine {
             cols: to_u32(op, cols)?,
             scale,
             grid_x: grid_x as u32,
-            x_off: (PARAMS_BYTES / 4) as u32,
+            x_off: 0,
             o_off: 0,
             ..Default::default()
         };
@@ -996,6 +1107,7 @@ impl Engine for WgpuEngine {
             inputs: vec![x.matrix().as_slice()],
             outputs: vec![(0, rows, cols)],
             out_len: rows * cols,
+            scratch_len: 0,
         };
         let mut out = self.execute(job)?;
         Ok(Masked::from_mixed(out.pop().expect("one output")))

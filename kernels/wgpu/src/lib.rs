@@ -18,7 +18,7 @@ mod weights;
 
 use std::sync::Arc;
 
-pub use engine::{CallStats, WgpuConfig, WgpuEngine};
+pub use engine::{CallStats, Plan, WgpuConfig, WgpuEngine};
 use kernels::{CpuEngine, Engine, EngineError};
 pub use select::{adapters, AdapterSpec, AdapterSummary};
 

@@ -123,6 +123,24 @@ pub(crate) struct GemmParams {
     pub _p3: u32,
 }
 
+/// Sum of split-K partial products: `os[dst + i] = Σ_z os[src + z·stride + i]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct ReduceParams {
+    pub count: u32,
+    pub splits: u32,
+    pub src: u32,
+    pub dst: u32,
+    pub stride: u32,
+    /// Threads along x of the dispatch grid (workgroups × 256).
+    pub row: u32,
+    pub _p0: u32,
+    pub _p1: u32,
+}
+
+/// Threads of a reduce workgroup.
+pub(crate) const REDUCE_THREADS: u32 = 256;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct SoftmaxParams {
@@ -296,6 +314,29 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     s
 }
 
+/// WGSL of the split-K reduction: partial products of K slices summed into the output.
+pub fn reduce_wgsl() -> String {
+    let mut s = String::from(
+        "struct Params { count: u32, splits: u32, src: u32, dst: u32, stride: u32, row: u32, p0: u32, p1: u32 }\n",
+    );
+    s.push_str(BINDINGS);
+    write!(
+        s,
+        r#"
+@compute @workgroup_size({REDUCE_THREADS}, 1, 1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+  let i = gid.y * p.row + gid.x;
+  if (i >= p.count) {{ return; }}
+  var acc = 0.0;
+  for (var z = 0u; z < p.splits; z++) {{ acc += os[p.src + z * p.stride + i]; }}
+  os[p.dst + i] = acc;
+}}
+"#
+    )
+    .unwrap();
+    s
+}
+
 /// WGSL of the row softmax `softmax(scale · x)`, one workgroup per row. A row whose every
 /// entry is −∞ (fully masked) becomes zeros, as on the CPU engine.
 pub fn softmax_wgsl() -> String {
@@ -386,13 +427,15 @@ mod tests {
     }
 
     #[test]
-    fn softmax_is_valid_wgsl() {
+    fn softmax_and_reduce_are_valid_wgsl() {
         validate(&softmax_wgsl());
+        validate(&reduce_wgsl());
     }
 
     #[test]
     fn params_blocks_fit_the_dynamic_offset_stride() {
         assert!(std::mem::size_of::<GemmParams>() as u64 <= PARAMS_BYTES);
         assert!(std::mem::size_of::<SoftmaxParams>() as u64 <= PARAMS_BYTES);
+        assert!(std::mem::size_of::<ReduceParams>() as u64 <= PARAMS_BYTES);
     }
 }

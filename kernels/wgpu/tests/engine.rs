@@ -12,7 +12,7 @@ use kernels::{
     cpu, danger, CpuEngine, Engine, EngineError, Masked, Matrix, Precision, Weight, WeightData,
     WeightId, WeightLayout, F32_UNIT_ROUNDOFF,
 };
-use kernels_wgpu::{open_engine, WgpuConfig, WgpuEngine};
+use kernels_wgpu::{open_engine, Plan, WgpuConfig, WgpuEngine};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -127,7 +127,7 @@ fn matmul_many_returns_every_product_of_one_upload() {
 }
 
 #[test]
-fn every_tile_computes_the_same_product() {
+fn every_plan_computes_the_same_product() {
     // Its own engine: pinning a tile must not change what the shared one runs.
     let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
     let cpu = CpuEngine::new();
@@ -160,11 +160,47 @@ fn every_tile_computes_the_same_product() {
     let x = random(m, d_in, 10);
     let ids: Vec<WeightId> = ws.iter().map(|(n, _)| n.clone()).collect();
     let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
-    for tile in gpu.tiles().to_vec() {
-        gpu.pin_tile(Some(tile)).unwrap();
+    // Every tile unsplit, and split-K plans (83 = K is prime: splits fall back to one slice).
+    let mut plans: Vec<Plan> = gpu.tiles().iter().map(|&t| Plan::new(t)).collect();
+    plans.push(Plan { tile: *gpu.tiles().last().unwrap(), splits: 4 });
+    for plan in plans {
+        gpu.pin(Some(plan)).unwrap();
         let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
         for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-            assert_product(&format!("{} tile {}", name, tile.name()), g.matrix(), e.matrix(), &x, &dense(w));
+            assert_product(&format!("{} plan {}", name, plan.name()), g.matrix(), e.matrix(), &x, &dense(w));
+        }
+    }
+}
+
+#[test]
+fn split_k_plans_sum_their_slices() {
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
+    let cpu = CpuEngine::new();
+    let mut ws = Vec::new();
+    for (layout, data) in [(WeightLayout::OutIn, "f32"), (WeightLayout::InOut, "f32"), (WeightLayout::OutIn, "f16")] {
+        let w = weight(512, 70, layout, 11);
+        let w = if data == "f16" {
+            Weight { data: WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()), ..w }
+        } else {
+            w
+        };
+        let name = id(&format!("split.{layout:?}.{data}"));
+        gpu.register(name.clone(), w.clone()).unwrap();
+        cpu.register(name.clone(), w.clone()).unwrap();
+        ws.push((name, w));
+    }
+    let ids: Vec<WeightId> = ws.iter().map(|(n, _)| n.clone()).collect();
+    for rows in [1, 16] {
+        let x = random(rows, 512, 12);
+        let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
+        for splits in [2, 4, 8] {
+            let tile = *gpu.tiles().last().unwrap();
+            gpu.pin(Some(Plan { tile, splits })).unwrap();
+            // Two products in one call: their scratch regions must not overlap.
+            let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
+            for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
+                assert_product(&format!("{name} rows={rows} k/{splits}"), g.matrix(), e.matrix(), &x, &dense(w));
+            }
         }
     }
 }
@@ -413,12 +449,12 @@ fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
         assert_product(&format!("tuned rows={rows}"), &got, &want, &x, &dense(&w));
     }
     // 5, 7 and 8 rows share the class of 8: tuned once.
-    let tuned = gpu.tuned_tiles();
+    let tuned = gpu.tuned_plans();
     assert_eq!(tuned.len(), 1, "{tuned:?}");
     assert_eq!((tuned[0].0, tuned[0].1, tuned[0].2), (8, 72, 40));
     let (a, b) = (random(6, 9, 1), random(11, 9, 2));
     let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
     let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
     assert_product("tuned dynamic", &got, &want, &a, &b.transpose());
-    assert_eq!(gpu.tuned_tiles().len(), 2);
+    assert_eq!(gpu.tuned_plans().len(), 2);
 }

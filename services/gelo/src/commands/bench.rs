@@ -17,6 +17,8 @@ pub struct Args {
 enum What {
     /// Block linears (QKV, O, gate+up, down) plain vs masked.
     Protocol(ProtocolArgs),
+    /// The Vulkan engine on one GPU: GEMM throughput, decode round trip, masked blocks.
+    Gpu(super::bench_gpu::Args),
 }
 
 #[derive(clap::Args)]
@@ -42,12 +44,12 @@ struct ProtocolArgs {
 }
 
 /// Offload groups of one block: (input width, [output widths sharing that input]).
-struct Shape {
-    name: &'static str,
-    groups: Vec<(usize, Vec<usize>)>,
+pub(crate) struct Shape {
+    pub(crate) name: &'static str,
+    pub(crate) groups: Vec<(usize, Vec<usize>)>,
 }
 
-fn shape(name: &str) -> Result<Shape> {
+pub(crate) fn shape(name: &str) -> Result<Shape> {
     let (name, d, q, kv, ff, gated) = match name {
         "bert-base" => ("bert-base", 768, 768, 768, 3072, false),
         "qwen3-0.6b" => ("qwen3-0.6b", 1024, 2048, 1024, 3072, true),
@@ -58,7 +60,7 @@ fn shape(name: &str) -> Result<Shape> {
     Ok(Shape { name, groups: vec![(d, vec![q, kv, kv]), (q, vec![d]), (d, ffn_in), (ff, vec![d])] })
 }
 
-fn provision(exec: &dyn Executor, shape: &Shape) -> Result<Vec<Vec<WeightId>>> {
+pub(crate) fn provision(exec: &dyn Executor, shape: &Shape) -> Result<Vec<Vec<WeightId>>> {
     let mut ids = Vec::new();
     for (g, (d_in, outs)) in shape.groups.iter().enumerate() {
         let mut group = Vec::new();
@@ -74,7 +76,7 @@ fn provision(exec: &dyn Executor, shape: &Shape) -> Result<Vec<Vec<WeightId>>> {
     Ok(ids)
 }
 
-fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], n: usize, blocks: usize, reps: usize) -> Result<f64> {
+pub(crate) fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], n: usize, blocks: usize, reps: usize) -> Result<f64> {
     let inputs: Vec<Matrix> = shape
         .groups
         .iter()
@@ -100,6 +102,7 @@ fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], n: usize
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         What::Protocol(a) => protocol_bench(a),
+        What::Gpu(a) => super::bench_gpu::run(a),
     }
 }
 
