@@ -17,6 +17,8 @@
 //! - No NFC normalizer, even for Qwen (whose `tokenizer.json` has one): llama.cpp does not
 //!   normalize, and NFC-clean input (almost all text) tokenizes the same either way.
 
+use std::sync::OnceLock;
+
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{BPE, Merges, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -56,6 +58,8 @@ pub struct GgufTokenizer {
     pub add_eos_token: bool,
     /// `tokenizer.chat_template` (Jinja source), if any.
     pub chat_template: Option<String>,
+    /// A copy with special-token parsing off, made on first use by `encode`.
+    plain: OnceLock<Tokenizer>,
 }
 
 impl std::fmt::Debug for GgufTokenizer {
@@ -76,11 +80,13 @@ impl GgufTokenizer {
         let encoding = if parse_special {
             self.tokenizer.encode(text, add_special)
         } else {
-            // The flag lives on the tokenizer; a clone keeps `&self` (and is cheap next to
-            // the rare calls that want this mode).
-            let mut t = self.tokenizer.clone();
-            t.set_encode_special_tokens(true);
-            t.encode(text, add_special)
+            // The flag lives on the tokenizer, so this mode gets its own copy, built once.
+            let plain = self.plain.get_or_init(|| {
+                let mut t = self.tokenizer.clone();
+                t.set_encode_special_tokens(true);
+                t
+            });
+            plain.encode(text, add_special)
         };
         Ok(encoding
             .map_err(|e| Error::Tokenizer(e.to_string()))?
@@ -301,6 +307,7 @@ impl GgufFile {
             add_bos_token,
             add_eos_token,
             chat_template: m.opt_str("tokenizer.chat_template")?.map(str::to_string),
+            plain: OnceLock::new(),
         })
     }
 }
