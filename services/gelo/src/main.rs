@@ -13,6 +13,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Attestation: mock PKI, issue and verify SEV-SNP evidence, benchmark.
+    Attest(commands::attest::Args),
     /// Measure the protocol: masked/plain ratio of transformer-block linears.
     Bench(commands::bench::Args),
 }
@@ -25,6 +27,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Command::Attest(args) => commands::attest::run(args),
         Command::Bench(args) => commands::bench::run(args),
     }
 }

@@ -1,2 +1,3 @@
+pub mod attest;
 pub mod bench;
 pub mod bench_gpu;

@@ -1,0 +1,38 @@
+//! SEV-SNP attestation for GELO: evidence, issuers, verifier with policy, RA-TLS.
+//!
+//! Where things are:
+//! - [`evidence`]: `Evidence` (mirrors `gelo.v1.Evidence`) and its byte form.
+//! - [`binding`]: what REPORT_DATA commits to (model, scheme, TLS key, nonce).
+//! - [`report`]: the ATTESTATION_REPORT layout and its raw signature.
+//! - [`issuer`]: reports from `/dev/sev-guest` (`HardwareIssuer`) or a mock AMD-SP (`MockIssuer`).
+//! - [`verify`]: where evidence is verified; every rejection is a distinct `VerifyError`.
+//! - [`policy`]: what a verifier accepts (JSON/YAML).
+//! - [`ratls`]: RA-TLS certificates, rustls verifiers (`ratls::danger`), tonic transport.
+//! - [`service`]: `Attestation.GetEvidence` server and the client-side `challenge`.
+//!
+//! Kept free of model code so the operator and the gateway can depend on it cheaply.
+
+pub mod amd;
+pub mod binding;
+mod error;
+pub mod evidence;
+pub mod issuer;
+pub mod policy;
+pub mod ratls;
+pub mod report;
+pub mod service;
+pub mod verify;
+
+pub use binding::{Binding, STARTUP_NONCE, report_data, scheme_identity, spki_sha256};
+pub use error::{AttestError, Result};
+pub use evidence::{CertChain, Evidence, IssuerKind, ServiceClaims};
+pub use issuer::{
+    HardwareIssuer, IssuedReport, MockIssuer, MockPki, MockSettings, ReportIssuer, issue_evidence,
+    issuer_from_env_or_default,
+};
+pub use policy::{Hex, Policy, TrustedRoot};
+pub use ratls::ServerIdentity;
+pub use ratls::danger::ExpectedPeer;
+pub use report::Tcb;
+pub use service::{AttestationService, challenge, random_nonce};
+pub use verify::{ExpectedBinding, Verified, VerifiedReport, VerifiedSummary, Verifier, VerifyError, verify};

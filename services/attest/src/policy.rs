@@ -1,0 +1,308 @@
+//! What a verifier accepts. A policy file (JSON or YAML) names the roots it trusts, the
+//! launch measurements it allows, a minimum TCB and the rest; see docs/ATTESTATION.md.
+//!
+//! Secure by default: AMD's roots only, no measurement allowed, debug and migration agents
+//! forbidden, VMPL 0 only. A mock root is trusted only when the policy names it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use x509_cert::der::{Decode, DecodePem, Encode};
+
+use crate::amd::AmdGeneration;
+use crate::error::{AttestError, Result};
+use crate::evidence::IssuerKind;
+use crate::report::Tcb;
+
+/// A fixed-width byte string written as hex in policy files.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hex<const N: usize>(pub [u8; N]);
+
+impl<const N: usize> std::fmt::Debug for Hex<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl<const N: usize> std::str::FromStr for Hex<N> {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bytes = hex::decode(s.trim()).map_err(|e| format!("{e}"))?;
+        let arr: [u8; N] = bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| format!("expected {N} bytes ({} hex digits), got {}", 2 * N, bytes.len()))?;
+        Ok(Self(arr))
+    }
+}
+
+impl<const N: usize> serde::Serialize for Hex<N> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(self.0))
+    }
+}
+
+impl<'de, const N: usize> serde::Deserialize<'de> for Hex<N> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A root of trust a policy accepts for the ARK position of a chain.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustedRoot {
+    /// AMD's ARK of one EPYC generation (built in).
+    Amd(AmdGeneration),
+    /// A mock ARK, inline PEM (e.g. from a Kubernetes Secret).
+    MockPem(String),
+    /// A mock ARK in a PEM or DER file; relative paths are relative to the policy file.
+    MockFile(PathBuf),
+}
+
+/// A trusted root after loading: what the verifier compares an evidence's ARK against.
+#[derive(Clone, Debug)]
+pub struct RootCert {
+    /// `amd-milan`, `amd-genoa`, `amd-turin` or `mock:<first 8 bytes of SHA-256(SPKI)>`.
+    pub name: String,
+    pub kind: IssuerKind,
+    pub spki_der: Vec<u8>,
+}
+
+fn default_roots() -> Vec<TrustedRoot> {
+    AmdGeneration::ALL.into_iter().map(TrustedRoot::Amd).collect()
+}
+fn default_vmpls() -> Vec<u32> {
+    vec![0]
+}
+fn default_min_report_version() -> u32 {
+    2
+}
+fn yes() -> bool {
+    true
+}
+
+/// Verification policy; see the module docs for defaults.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Written `- amd: genoa`, `- mock_file: ark.pem` (a one-key map per root, in YAML too).
+    #[serde(default = "default_roots", with = "serde_yaml::with::singleton_map_recursive")]
+    pub trusted_roots: Vec<TrustedRoot>,
+    /// Allowed launch measurements (48 bytes, hex).
+    #[serde(default)]
+    pub measurements: Vec<Hex<48>>,
+    /// Accept any measurement. For development only; a log line says so at load.
+    #[serde(default)]
+    pub allow_any_measurement: bool,
+    /// Minimum reported TCB, component by component.
+    #[serde(default)]
+    pub min_tcb: Tcb,
+    #[serde(default)]
+    pub allow_debug: bool,
+    #[serde(default)]
+    pub allow_migration_agent: bool,
+    #[serde(default = "default_vmpls")]
+    pub allowed_vmpls: Vec<u32>,
+    #[serde(default = "default_min_report_version")]
+    pub min_report_version: u32,
+    /// When set, only these chips (64-byte CHIP_ID, hex) are accepted: pins evidence to
+    /// known hosts, which also defeats relaying evidence from another machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chip_ids: Option<Vec<Hex<64>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_identities: Option<Vec<Hex<32>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme_identities: Option<Vec<Hex<32>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles: Option<Vec<String>>,
+    /// Check the certificates' notBefore/notAfter against the clock.
+    #[serde(default = "yes")]
+    pub check_certificate_validity: bool,
+    #[serde(skip)]
+    resolved: OnceLock<std::result::Result<Arc<Vec<RootCert>>, String>>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            trusted_roots: default_roots(),
+            measurements: Vec::new(),
+            allow_any_measurement: false,
+            min_tcb: Tcb::default(),
+            allow_debug: false,
+            allow_migration_agent: false,
+            allowed_vmpls: default_vmpls(),
+            min_report_version: default_min_report_version(),
+            chip_ids: None,
+            model_identities: None,
+            scheme_identities: None,
+            roles: None,
+            check_certificate_validity: true,
+            resolved: OnceLock::new(),
+        }
+    }
+}
+
+impl Policy {
+    /// Loads a policy file: `.json` as JSON, anything else as YAML. Relative `mock_file`
+    /// paths are taken relative to the file's folder. Roots are loaded now, so a broken
+    /// policy fails at start rather than at the first connection.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| AttestError::io(path, e))?;
+        let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        let mut policy = if is_json { Self::from_json(&text) } else { Self::from_yaml(&text) }
+            .map_err(|e| AttestError::Policy { path: path.to_owned(), detail: e })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for root in &mut policy.trusted_roots {
+            if let TrustedRoot::MockFile(p) = root
+                && p.is_relative()
+            {
+                *p = base.join(&*p);
+            }
+        }
+        policy.roots().map_err(|e| AttestError::Policy { path: path.to_owned(), detail: e.to_string() })?;
+        Ok(policy)
+    }
+
+    pub fn from_json(text: &str) -> std::result::Result<Self, String> {
+        let p: Self = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        p.warn_if_permissive();
+        Ok(p)
+    }
+
+    pub fn from_yaml(text: &str) -> std::result::Result<Self, String> {
+        let p: Self = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+        p.warn_if_permissive();
+        Ok(p)
+    }
+
+    fn warn_if_permissive(&self) {
+        if self.allow_any_measurement {
+            tracing::warn!("attestation policy accepts ANY launch measurement: development only");
+        }
+        if self.allow_debug {
+            tracing::warn!("attestation policy accepts debug-enabled guests: their memory is readable by the host");
+        }
+    }
+
+    /// Trusts a mock ARK (PEM), e.g. the one `MockIssuer` persisted.
+    pub fn trust_mock_root_pem(mut self, ark_pem: impl Into<String>) -> Self {
+        self.trusted_roots.push(TrustedRoot::MockPem(ark_pem.into()));
+        self.resolved = OnceLock::new();
+        self
+    }
+
+    /// Replaces the trusted roots.
+    pub fn with_roots(mut self, roots: Vec<TrustedRoot>) -> Self {
+        self.trusted_roots = roots;
+        self.resolved = OnceLock::new();
+        self
+    }
+
+    pub fn allow_measurement(mut self, measurement: [u8; 48]) -> Self {
+        self.measurements.push(Hex(measurement));
+        self
+    }
+
+    /// The trusted roots, loaded and parsed once.
+    pub fn roots(&self) -> std::result::Result<Arc<Vec<RootCert>>, crate::VerifyError> {
+        self.resolved
+            .get_or_init(|| load_roots(&self.trusted_roots).map(Arc::new))
+            .clone()
+            .map_err(crate::VerifyError::PolicyInvalid)
+    }
+
+    pub fn to_yaml(&self) -> String {
+        serde_yaml::to_string(self).unwrap_or_default()
+    }
+}
+
+fn load_roots(roots: &[TrustedRoot]) -> std::result::Result<Vec<RootCert>, String> {
+    if roots.is_empty() {
+        return Err("no trusted roots".into());
+    }
+    roots
+        .iter()
+        .map(|root| {
+            let (kind, der) = match root {
+                TrustedRoot::Amd(g) => {
+                    let der = g.ark_der();
+                    if der.is_empty() {
+                        return Err(format!("built-in {} ARK does not parse", g.name()));
+                    }
+                    (IssuerKind::SevSnp, der.to_vec())
+                }
+                TrustedRoot::MockPem(pem) => (IssuerKind::Mock, pem_or_der(pem.as_bytes()).map_err(|e| format!("mock_pem: {e}"))?),
+                TrustedRoot::MockFile(path) => {
+                    let bytes = std::fs::read(path).map_err(|e| format!("mock_file {}: {e}", path.display()))?;
+                    (IssuerKind::Mock, pem_or_der(&bytes).map_err(|e| format!("mock_file {}: {e}", path.display()))?)
+                }
+            };
+            let cert = x509_cert::Certificate::from_der(&der).map_err(|e| e.to_string())?;
+            let spki_der = cert.tbs_certificate.subject_public_key_info.to_der().map_err(|e| e.to_string())?;
+            let name = match root {
+                TrustedRoot::Amd(g) => format!("amd-{}", g.name()),
+                _ => format!("mock:{}", hex::encode(&crate::binding::spki_sha256(&spki_der)[..8])),
+            };
+            Ok(RootCert { name, kind, spki_der })
+        })
+        .collect()
+}
+
+/// A certificate given as PEM or DER, returned as DER.
+pub(crate) fn pem_or_der(bytes: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let cert = if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
+        x509_cert::Certificate::from_pem(bytes)
+    } else {
+        x509_cert::Certificate::from_der(bytes)
+    }
+    .map_err(|e| e.to_string())?;
+    cert.to_der().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_strict() {
+        let p = Policy::from_yaml("{}").unwrap();
+        assert_eq!(p.trusted_roots, default_roots());
+        assert!(p.measurements.is_empty() && !p.allow_any_measurement);
+        assert!(!p.allow_debug && !p.allow_migration_agent);
+        assert_eq!(p.allowed_vmpls, vec![0]);
+        assert!(p.check_certificate_validity);
+        let names: Vec<_> = p.roots().unwrap().iter().map(|r| r.name.clone()).collect();
+        assert_eq!(names, ["amd-milan", "amd-genoa", "amd-turin"]);
+    }
+
+    #[test]
+    fn yaml_and_json_spell_the_same_policy() {
+        let m = "ab".repeat(48);
+        let yaml = format!(
+            "trusted_roots: [{{amd: genoa}}]\nmeasurements: ['{m}']\nmin_tcb: {{snp: 8, microcode: 115}}\nallowed_vmpls: [0, 1]\nroles: [embedder]\n"
+        );
+        let json = format!(
+            r#"{{"trusted_roots":[{{"amd":"genoa"}}],"measurements":["{m}"],"min_tcb":{{"snp":8,"microcode":115}},"allowed_vmpls":[0,1],"roles":["embedder"]}}"#
+        );
+        let a = Policy::from_yaml(&yaml).unwrap();
+        let b = Policy::from_json(&json).unwrap();
+        assert_eq!(a.to_yaml(), b.to_yaml());
+        assert_eq!(a.measurements, vec![Hex([0xab; 48])]);
+        assert_eq!(a.min_tcb, Tcb { bootloader: 0, tee: 0, snp: 8, microcode: 115 });
+    }
+
+    #[test]
+    fn bad_policies_are_errors() {
+        assert!(Policy::from_yaml("measurements: ['abcd']").is_err(), "short measurement");
+        assert!(Policy::from_yaml("measurments: []").is_err(), "misspelled key");
+        assert!(Policy::from_yaml("trusted_roots: [{amd: rome}]").is_err(), "unknown generation");
+        let p = Policy::from_yaml("trusted_roots: [{mock_pem: 'not a cert'}]").unwrap();
+        assert!(matches!(p.roots(), Err(crate::VerifyError::PolicyInvalid(_))));
+        let p = Policy::from_yaml("trusted_roots: []").unwrap();
+        assert!(matches!(p.roots(), Err(crate::VerifyError::PolicyInvalid(_))));
+    }
+}

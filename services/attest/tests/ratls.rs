@@ -1,0 +1,242 @@
+//! RA-TLS end to end over real TCP on loopback: a tonic server with mock evidence, clients
+//! with policies. A rejected peer must fail before any request reaches the server.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use api::v1::attestation_server::{Attestation, AttestationServer};
+use api::v1::{GetEvidenceRequest, GetEvidenceResponse};
+use attest::ratls::danger::AttestedClientVerifier;
+use attest::ratls::{self, EVIDENCE_OID};
+use attest::{
+    AttestError, AttestationService, ExpectedPeer, Policy, ServerIdentity, ServiceClaims, VerifyError,
+};
+use common::*;
+use rustls::ServerConfig;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+fn identity(role: &str) -> Arc<ServerIdentity> {
+    let claims = ServiceClaims {
+        model_identity: MODEL,
+        scheme_json: SCHEME.replace("embedder", role),
+        role: role.into(),
+    };
+    Arc::new(ServerIdentity::generate(Arc::new(issuer()), claims).expect("identity"))
+}
+
+fn expected_peer() -> ExpectedPeer {
+    ExpectedPeer { model_identity: Some(MODEL), scheme_identity: Some(attest::scheme_identity(SCHEME).unwrap()) }
+}
+
+/// `Attestation` that counts requests and records the attested client, if any.
+#[derive(Clone)]
+struct Counting {
+    inner: AttestationService,
+    calls: Arc<AtomicUsize>,
+    clients: Option<Arc<AttestedClientVerifier>>,
+    seen_role: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+#[tonic::async_trait]
+impl Attestation for Counting {
+    async fn get_evidence(&self, request: Request<GetEvidenceRequest>) -> Result<Response<GetEvidenceResponse>, Status> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if let Some(clients) = &self.clients {
+            let peer = clients.peer_of(&request).ok_or_else(|| Status::unauthenticated("no attested client"))?;
+            *self.seen_role.lock().unwrap() = Some(peer.role().to_owned());
+        }
+        self.inner.get_evidence(request).await
+    }
+}
+
+struct Served {
+    addr: SocketAddr,
+    calls: Arc<AtomicUsize>,
+    seen_role: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+async fn serve(config: Arc<ServerConfig>, evidence_from: Arc<ServerIdentity>, clients: Option<Arc<AttestedClientVerifier>>) -> Served {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen_role = Arc::new(std::sync::Mutex::new(None));
+    let svc = Counting { inner: AttestationService::new(evidence_from), calls: calls.clone(), clients, seen_role: seen_role.clone() };
+    let incoming = ratls::serve_incoming(listener, config);
+    tokio::spawn(tonic::transport::Server::builder().add_service(AttestationServer::new(svc)).serve_with_incoming(incoming));
+    Served { addr, calls, seen_role }
+}
+
+async fn serve_identity(id: &Arc<ServerIdentity>) -> Served {
+    serve(id.server_config().unwrap(), id.clone(), None).await
+}
+
+fn rejection(result: Result<ratls::AttestedChannel, AttestError>) -> VerifyError {
+    match result {
+        Err(AttestError::PeerRejected(e)) => e,
+        Err(other) => panic!("expected a rejection, got {other}"),
+        Ok(_) => panic!("expected a rejection, got a connection"),
+    }
+}
+
+#[tokio::test]
+async fn attested_client_connects_and_challenges() {
+    let server_id = identity("embedder");
+    let served = serve_identity(&server_id).await;
+    let channel = ratls::connect(&served.addr.to_string(), Arc::new(policy()), expected_peer(), None).await.expect("connects");
+    assert_eq!(channel.peer().role(), "embedder");
+    assert_eq!(channel.peer().tls_spki_sha256(), &server_id.tls_spki_sha256());
+    assert_eq!(served.calls.load(Ordering::SeqCst), 0, "the handshake alone sends no request");
+
+    let fresh = channel.challenge().await.expect("fresh evidence for the same key");
+    assert_eq!(fresh.tls_spki_sha256(), &server_id.tls_spki_sha256());
+    assert_eq!(fresh.nonce().len(), 32);
+    assert_ne!(fresh.nonce(), attest::STARTUP_NONCE);
+    let again = channel.challenge().await.unwrap();
+    assert_ne!(again.nonce(), fresh.nonce(), "every challenge has a new nonce");
+    assert_eq!(served.calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn wrong_measurement_fails_before_any_request() {
+    let served = serve_identity(&identity("embedder")).await;
+    let mut p = policy();
+    p.measurements = vec![attest::Hex([0x42; 48])];
+    let err = rejection(ratls::connect(&served.addr.to_string(), Arc::new(p), expected_peer(), None).await);
+    assert!(matches!(err, VerifyError::MeasurementNotAllowed(_)), "{err}");
+    assert_eq!(served.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn wrong_model_identity_fails_before_any_request() {
+    let served = serve_identity(&identity("embedder")).await;
+    let expected = ExpectedPeer { model_identity: Some([0x99; 32]), ..expected_peer() };
+    let err = rejection(ratls::connect(&served.addr.to_string(), Arc::new(policy()), expected, None).await);
+    assert_eq!(err, VerifyError::ModelIdentityMismatch);
+    assert_eq!(served.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn untrusted_mock_root_fails_before_any_request() {
+    let served = serve_identity(&identity("embedder")).await;
+    let amd_only = Policy::default().allow_measurement(attest::issuer::default_mock_measurement());
+    let err = rejection(ratls::connect(&served.addr.to_string(), Arc::new(amd_only), expected_peer(), None).await);
+    assert_eq!(err, VerifyError::MockRootNotTrusted);
+    assert_eq!(served.calls.load(Ordering::SeqCst), 0);
+}
+
+/// Serves a certificate it does not hold the key for.
+#[derive(Debug)]
+struct Relay(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Relay {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+fn attacker_key() -> rcgen::KeyPair {
+    rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap()
+}
+
+fn h2(mut config: ServerConfig) -> Arc<ServerConfig> {
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Arc::new(config)
+}
+
+fn tls13_server() -> rustls::ConfigBuilder<ServerConfig, rustls::WantsVerifier> {
+    ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+}
+
+#[tokio::test]
+async fn relayed_certificate_fails_before_any_request() {
+    // The attacker copies a genuine service's certificate but cannot sign with its key.
+    let victim = identity("embedder");
+    let provider = rustls::crypto::ring::default_provider();
+    let key = attacker_key();
+    let signer = provider
+        .key_provider
+        .load_private_key(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+        .unwrap();
+    let relayed = CertifiedKey::new(vec![victim.certificate().clone()], signer);
+    let config = h2(tls13_server().with_no_client_auth().with_cert_resolver(Arc::new(Relay(Arc::new(relayed)))));
+    let served = serve(config, victim.clone(), None).await;
+    let result = ratls::connect(&served.addr.to_string(), Arc::new(policy()), expected_peer(), None).await;
+    assert!(matches!(result, Err(AttestError::Tls(_)) | Err(AttestError::Transport(_))), "{:?}", result.err());
+    assert_eq!(served.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn evidence_copied_into_another_certificate_fails_before_any_request() {
+    // The attacker holds its own key and pastes a genuine service's evidence into its cert.
+    let victim = identity("embedder");
+    let key = attacker_key();
+    let mut params = rcgen::CertificateParams::new(vec!["embedder.gelo.invalid".into()]).unwrap();
+    params.custom_extensions.push(rcgen::CustomExtension::from_oid_content(EVIDENCE_OID, victim.evidence().to_bytes()));
+    let cert = params.self_signed(&key).unwrap();
+    let config = h2(
+        tls13_server()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+            .unwrap(),
+    );
+    let served = serve(config, victim.clone(), None).await;
+    let err = rejection(ratls::connect(&served.addr.to_string(), Arc::new(policy()), expected_peer(), None).await);
+    assert_eq!(err, VerifyError::TlsKeyMismatch);
+    assert_eq!(served.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn challenge_answered_for_another_key_is_rejected() {
+    // A front that terminates TLS with its own attested identity but forwards GetEvidence
+    // to another service: the fresh evidence names the other service's key.
+    let front = identity("embedder");
+    let other = identity("embedder");
+    let served = serve(front.server_config().unwrap(), other.clone(), None).await;
+    let channel = ratls::connect(&served.addr.to_string(), Arc::new(policy()), expected_peer(), None).await.unwrap();
+    match channel.challenge().await {
+        Err(AttestError::PeerRejected(VerifyError::TlsKeyMismatch)) => {}
+        other => panic!("expected tls_key_mismatch, got {:?}", other.map(|v| v.summary())),
+    }
+}
+
+#[tokio::test]
+async fn mutual_mode_requires_an_attested_client() {
+    let backend = identity("embedder");
+    let gateway = identity("gateway");
+    let mut only_gateways = policy();
+    only_gateways.roles = Some(vec!["gateway".into()]);
+    let clients = Arc::new(AttestedClientVerifier::new(Arc::new(only_gateways), ExpectedPeer::default()));
+    let config = backend.server_config_mutual(clients.clone()).unwrap();
+    let served = serve(config, backend.clone(), Some(clients)).await;
+    let target = served.addr.to_string();
+
+    // Without a client certificate the handshake fails.
+    let anonymous = ratls::connect(&target, Arc::new(policy()), expected_peer(), None).await;
+    let fails = match anonymous {
+        Err(_) => true,
+        // TLS 1.3 clients learn of a refused certificate only on their first read.
+        Ok(ch) => ch.challenge().await.is_err(),
+    };
+    assert!(fails, "an anonymous client must not be served");
+    // An attested embedder is not the gateway the policy asks for.
+    let wrong_role = ratls::connect(&target, Arc::new(policy()), expected_peer(), Some(identity("reranker"))).await;
+    let fails = match wrong_role {
+        Err(_) => true,
+        Ok(ch) => ch.challenge().await.is_err(),
+    };
+    assert!(fails, "a client outside the policy must not be served");
+    assert_eq!(served.calls.load(Ordering::SeqCst), 0);
+
+    let channel = ratls::connect(&target, Arc::new(policy()), expected_peer(), Some(gateway)).await.expect("gateway connects");
+    channel.challenge().await.expect("served");
+    assert_eq!(served.seen_role.lock().unwrap().as_deref(), Some("gateway"));
+}
