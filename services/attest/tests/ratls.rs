@@ -100,7 +100,13 @@ async fn attested_client_connects_and_challenges() {
     assert_ne!(fresh.nonce(), attest::STARTUP_NONCE);
     let again = channel.challenge().await.unwrap();
     assert_ne!(again.nonce(), fresh.nonce(), "every challenge has a new nonce");
-    assert_eq!(served.calls.load(Ordering::SeqCst), 2);
+    // Short nonces are refused: they would make replays cheap.
+    let short = api::v1::attestation_client::AttestationClient::new(channel.channel())
+        .get_evidence(GetEvidenceRequest { nonce: vec![1; 8] })
+        .await
+        .unwrap_err();
+    assert_eq!(short.code(), tonic::Code::InvalidArgument);
+    assert_eq!(served.calls.load(Ordering::SeqCst), 3);
 }
 
 #[tokio::test]
