@@ -10,6 +10,7 @@ pub mod capture;
 pub mod cpu;
 pub mod engine;
 mod matrix;
+pub mod simd;
 
 pub use boundary::{danger, Masked};
 pub use cpu::CpuEngine;

@@ -60,6 +60,21 @@ impl Matrix {
         Ok(out.unwrap_or_default())
     }
 
+    /// Appends rows (a multiple of `cols` elements) at the bottom.
+    pub fn push_rows(&mut self, rows: &[f32]) {
+        assert!(self.cols > 0 && rows.len() % self.cols == 0, "push_rows: partial row");
+        self.data.extend_from_slice(rows);
+        self.rows += rows.len() / self.cols;
+    }
+
+    /// Drops every row from `rows` on.
+    pub fn truncate_rows(&mut self, rows: usize) {
+        if rows < self.rows {
+            self.rows = rows;
+            self.data.truncate(rows * self.cols);
+        }
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }

@@ -88,6 +88,10 @@ impl Engine for CpuEngine {
             .iter()
             .map(|w| {
                 let mut out = Matrix::zeros(x.rows(), w.d_out);
+                if x.rows() <= SMALL_M {
+                    small_m(x, w.d_in, w.d_out, w.layout, &w.data, out.as_mut_slice());
+                    return Masked::from_mixed(out);
+                }
                 let (rs, cs) = match w.layout {
                     WeightLayout::InOut => (w.d_out, 1),
                     WeightLayout::OutIn => (1, w.d_in),
@@ -128,6 +132,166 @@ impl Engine for CpuEngine {
         let cols = out.cols();
         out.as_mut_slice().par_chunks_mut(cols).for_each(|row| softmax_in_place(row, scale));
         Ok(Masked::from_mixed(out))
+    }
+}
+
+/// Up to this many rows, products stream the weight once (`small_m`) instead of packing
+/// it for a blocked GEMM: decode steps (one row plus shield rows) are weight-bandwidth
+/// bound, and packing would read and write the whole weight again.
+pub const SMALL_M: usize = 16;
+
+/// `y = x·W` for few rows: every weight element is read once from memory and used for all
+/// rows while it is in cache. Parallel over output columns.
+fn small_m(x: &Matrix, d_in: usize, d_out: usize, layout: WeightLayout, w: &[f32], y: &mut [f32]) {
+    let m = x.rows();
+    match layout {
+        // Row o of W is the weights of output o: m dot products per weight row.
+        WeightLayout::OutIn => {
+            const OB: usize = 32;
+            let mut yt = vec![0.0f32; d_out * m];
+            yt.par_chunks_mut(OB * m).enumerate().for_each(|(c, chunk)| {
+                let o0 = c * OB;
+                let rows = chunk.len() / m;
+                outin_chunk(x.as_slice(), m, &w[o0 * d_in..(o0 + rows) * d_in], chunk);
+            });
+            for o in 0..d_out {
+                for j in 0..m {
+                    y[j * d_out + o] = yt[o * m + j];
+                }
+            }
+        }
+        // Row i of W feeds every output: m axpys per weight row, on a column slice that
+        // stays in L1.
+        WeightLayout::InOut => {
+            const CB: usize = 256;
+            let blocks = d_out.div_ceil(CB);
+            let parts: Vec<Vec<f32>> = (0..blocks)
+                .into_par_iter()
+                .map(|b| {
+                    let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
+                    let mut acc = vec![0.0f32; m * (c1 - c0)];
+                    inout_block(x.as_slice(), m, d_in, w, d_out, c0, c1, &mut acc);
+                    acc
+                })
+                .collect();
+            for (b, acc) in parts.iter().enumerate() {
+                let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
+                for j in 0..m {
+                    y[j * d_out + c0..j * d_out + c1].copy_from_slice(&acc[j * (c1 - c0)..(j + 1) * (c1 - c0)]);
+                }
+            }
+        }
+    }
+}
+
+/// `out[k·m + j] = x_j · W_k` for the weight rows in `w_rows` (each `x.len()/m` long).
+fn outin_chunk(x: &[f32], m: usize, w_rows: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA.
+        return unsafe { outin_chunk_avx2(x, m, w_rows, out) };
+    }
+    let d_in = x.len() / m;
+    for (k, o) in out.chunks_exact_mut(m).enumerate() {
+        let wrow = &w_rows[k * d_in..(k + 1) * d_in];
+        for (j, v) in o.iter_mut().enumerate() {
+            *v = crate::simd::dot_portable(&x[j * d_in..(j + 1) * d_in], wrow);
+        }
+    }
+}
+
+/// Register-blocked version: tiles of 4 weight rows × 2 input rows, so every 8-float load
+/// of a weight row feeds two FMAs and every load of an input row feeds four.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn outin_chunk_avx2(x: &[f32], m: usize, w_rows: &[f32], out: &mut [f32]) {
+    let d_in = x.len() / m;
+    let rows = out.len() / m;
+    let mut k0 = 0;
+    while k0 < rows {
+        let kn = (rows - k0).min(4);
+        let mut j0 = 0;
+        while j0 < m {
+            let jn = (m - j0).min(2);
+            // SAFETY: k0 + kn ≤ rows and j0 + jn ≤ m keep the tile inside both operands.
+            unsafe {
+                match (kn, jn) {
+                    (4, 2) => tile::<4, 2>(x, d_in, j0, w_rows, k0, m, out),
+                    (4, 1) => tile::<4, 1>(x, d_in, j0, w_rows, k0, m, out),
+                    (3, 2) => tile::<3, 2>(x, d_in, j0, w_rows, k0, m, out),
+                    (3, 1) => tile::<3, 1>(x, d_in, j0, w_rows, k0, m, out),
+                    (2, 2) => tile::<2, 2>(x, d_in, j0, w_rows, k0, m, out),
+                    (2, 1) => tile::<2, 1>(x, d_in, j0, w_rows, k0, m, out),
+                    (1, 2) => tile::<1, 2>(x, d_in, j0, w_rows, k0, m, out),
+                    _ => tile::<1, 1>(x, d_in, j0, w_rows, k0, m, out),
+                }
+            }
+            j0 += jn;
+        }
+        k0 += kn;
+    }
+}
+
+/// `out[(k0+k)·m + j0+j] = x_{j0+j} · W_{k0+k}` for `k < KN`, `j < JN`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const KN: usize, const JN: usize>(
+    x: &[f32],
+    d_in: usize,
+    j0: usize,
+    w: &[f32],
+    k0: usize,
+    m: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); KN]; JN];
+    let xp: [*const f32; JN] = std::array::from_fn(|j| x[(j0 + j) * d_in..].as_ptr());
+    let wp: [*const f32; KN] = std::array::from_fn(|k| w[(k0 + k) * d_in..].as_ptr());
+    let mut i = 0;
+    while i + 8 <= d_in {
+        // SAFETY: i + 8 ≤ d_in, and every row pointer starts a full row of d_in floats.
+        unsafe {
+            let wv: [__m256; KN] = std::array::from_fn(|k| _mm256_loadu_ps(wp[k].add(i)));
+            for j in 0..JN {
+                let xv = _mm256_loadu_ps(xp[j].add(i));
+                for k in 0..KN {
+                    acc[j][k] = _mm256_fmadd_ps(xv, wv[k], acc[j][k]);
+                }
+            }
+        }
+        i += 8;
+    }
+    for j in 0..JN {
+        for k in 0..KN {
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` holds 8 floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc[j][k]) };
+            let mut s: f32 = lanes.iter().sum();
+            let (xr, wr) = (&x[(j0 + j) * d_in..(j0 + j + 1) * d_in], &w[(k0 + k) * d_in..(k0 + k + 1) * d_in]);
+            for t in i..d_in {
+                s += xr[t] * wr[t];
+            }
+            out[(k0 + k) * m + j0 + j] = s;
+        }
+    }
+}
+
+crate::simd_dispatch! {
+    /// Columns `c0..c1` of `x·W` (W row-major `d_in×d_out`) into `acc` (`m×(c1−c0)`).
+    #[allow(clippy::too_many_arguments)]
+    fn inout_block(x: &[f32], m: usize, d_in: usize, w: &[f32], d_out: usize, c0: usize, c1: usize, acc: &mut [f32]) {
+        let wb = c1 - c0;
+        for i in 0..d_in {
+            let wseg = &w[i * d_out + c0..i * d_out + c1];
+            for j in 0..m {
+                let xv = x[j * d_in + i];
+                for (a, &wv) in acc[j * wb..(j + 1) * wb].iter_mut().zip(wseg) {
+                    *a += xv * wv;
+                }
+            }
+        }
     }
 }
 

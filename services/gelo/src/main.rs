@@ -17,6 +17,16 @@ enum Command {
     Attest(commands::attest::Args),
     /// Measure the protocol: masked/plain ratio of transformer-block linears.
     Bench(commands::bench::Args),
+    /// Embed texts (one JSON array per text).
+    Embed(commands::models::EmbedArgs),
+    /// Generate text with a decoder LLM.
+    Generate(commands::models::GenerateArgs),
+    /// Evaluate a model.
+    #[command(subcommand)]
+    Eval(commands::models::EvalArgs),
+    /// Model files: identity, hub download.
+    #[command(subcommand)]
+    Model(commands::models::ModelArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -29,5 +39,9 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Attest(args) => commands::attest::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Embed(args) => commands::models::embed(args),
+        Command::Generate(args) => commands::models::generate(args),
+        Command::Eval(args) => commands::models::eval(args),
+        Command::Model(args) => commands::models::model(args),
     }
 }

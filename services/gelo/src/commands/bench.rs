@@ -17,6 +17,8 @@ pub struct Args {
 enum What {
     /// Block linears (QKV, O, gate+up, down) plain vs masked.
     Protocol(ProtocolArgs),
+    /// Raw engine products `x·W` for a range of row counts.
+    Engine(EngineArgs),
     /// The Vulkan engine on one GPU: GEMM throughput, decode round trip, masked blocks.
     Gpu(super::bench_gpu::Args),
 }
@@ -102,6 +104,7 @@ pub(crate) fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         What::Protocol(a) => protocol_bench(a),
+        What::Engine(a) => engine_bench(a),
         What::Gpu(a) => super::bench_gpu::run(a),
     }
 }
@@ -150,6 +153,41 @@ fn protocol_bench(a: ProtocolArgs) -> Result<()> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+struct EngineArgs {
+    /// Engine spec (cpu, vulkan, vulkan:N).
+    #[arg(long, default_value = "cpu")]
+    engine: String,
+    #[arg(long, default_value_t = 576)]
+    d_in: usize,
+    #[arg(long, default_value_t = 1536)]
+    d_out: usize,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,8,9,16,32,128")]
+    m: Vec<usize>,
+    #[arg(long, default_value_t = 50)]
+    reps: usize,
+}
+
+fn engine_bench(a: EngineArgs) -> Result<()> {
+    let engine = kernels_wgpu::open_engine(&a.engine)?;
+    let data: Vec<f32> = (0..a.d_in * a.d_out).map(|i| ((i % 97) as f32 - 48.0) * 1e-3).collect();
+    let id = WeightId::new("w");
+    engine.register(id.clone(), Weight::f32(a.d_in, a.d_out, WeightLayout::OutIn, data))?;
+    println!("| m | µs/product | GFLOP/s |");
+    println!("|---|---|---|");
+    for &m in &a.m {
+        let x = kernels::Masked::from_mixed(Matrix::from_fn(m, a.d_in, |r, c| ((r + c) % 13) as f32 * 0.1));
+        engine.matmul(&x, &id)?;
+        let t = Instant::now();
+        for _ in 0..a.reps {
+            engine.matmul(&x, &id)?;
+        }
+        let s = t.elapsed().as_secs_f64() / a.reps as f64;
+        println!("| {m} | {:.1} | {:.1} |", s * 1e6, 2.0 * (m * a.d_in * a.d_out) as f64 / s / 1e9);
     }
     Ok(())
 }

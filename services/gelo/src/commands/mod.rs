@@ -1,3 +1,5 @@
 pub mod attest;
 pub mod bench;
 pub mod bench_gpu;
+pub mod engine;
+pub mod models;

@@ -1,0 +1,59 @@
+//! Flags shared by commands that run a model: which engine, plain or masked, and how.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use kernels::Engine;
+use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig, UVerifyConfig};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ExecArgs {
+    /// Untrusted engine: `cpu`, `vulkan`, `vulkan:N` (adapter index) or `vulkan:NAME`.
+    #[arg(long, env = "GELO_ENGINE", default_value = "cpu")]
+    pub engine: String,
+    /// Run through the GELO mask (otherwise the plaintext baseline).
+    #[arg(long)]
+    pub masked: bool,
+    /// Mask family: haar, hd3, hd3-blocked, auto.
+    #[arg(long, env = "GELO_MASK", default_value = "auto")]
+    pub mask: MaskKind,
+    /// Shield rows per sequence (0 disables them).
+    #[arg(long, env = "GELO_SHIELD_ROWS", default_value_t = 8)]
+    pub shield_rows: usize,
+    /// Shield row energy, in mean activation row norms.
+    #[arg(long, env = "GELO_SHIELD_ENERGY", default_value_t = 4.0)]
+    pub shield_energy: f32,
+    /// U-Verify probes per weight (0: off).
+    #[arg(long, env = "GELO_VERIFY_PROBES", default_value_t = 0)]
+    pub verify_probes: usize,
+}
+
+impl ExecArgs {
+    pub fn engine(&self) -> Result<Arc<dyn Engine>> {
+        kernels_wgpu::open_engine(&self.engine).with_context(|| format!("opening engine `{}`", self.engine))
+    }
+
+    pub fn masked_config(&self) -> MaskedConfig {
+        MaskedConfig {
+            mask: self.mask,
+            shield: if self.shield_rows == 0 {
+                ShieldConfig::off()
+            } else {
+                ShieldConfig { rows: self.shield_rows, energy: self.shield_energy }
+            },
+            verify: (self.verify_probes > 0).then_some(UVerifyConfig { probes: self.verify_probes, range: 3 }),
+            ..Default::default()
+        }
+    }
+
+    /// The executor these flags describe.
+    pub fn executor(&self) -> Result<Arc<dyn Executor>> {
+        let engine = self.engine()?;
+        tracing::info!(engine = %engine.info().device, masked = self.masked, "engine ready");
+        Ok(if self.masked {
+            Arc::new(MaskedExecutor::new(engine, self.masked_config())?)
+        } else {
+            Arc::new(PlaintextExecutor::new(engine))
+        })
+    }
+}
