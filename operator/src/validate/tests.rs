@@ -1,0 +1,87 @@
+use super::*;
+use crate::crd::{HubSource, PrivateRAGPipelineSpec, TrustedRootSpec, VolumeSource};
+
+fn problems(f: impl FnOnce(&mut PrivateRAGPipelineSpec)) -> Vec<String> {
+    let mut spec = PrivateRAGPipelineSpec::test();
+    f(&mut spec);
+    validate(&spec).expect_err("spec should be invalid")
+}
+
+#[test]
+fn the_test_spec_is_valid_and_parsed() {
+    let v = validate(&PrivateRAGPipelineSpec::test()).expect("valid");
+    assert_eq!(v.model(Component::Embedder).identity, [0x11; 32]);
+    assert_eq!(v.model(Component::Gateway).identity, [0x44; 32]);
+    assert!(matches!(v.model(Component::Gateway).source, PinnedSource::Volume { .. }));
+    assert_eq!(v.measurements, vec![[0xab; 48]]);
+    assert_eq!(v.uses_mock_root().map(|s| s.name.as_str()), Some("gelo-mock-root"));
+    assert_eq!(v.period, std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn a_revision_must_be_a_full_commit_id() {
+    for bad in ["main", "v1.0", "0123456789abcdef", &"A".repeat(40), &"0".repeat(41)] {
+        let p = problems(|s| s.embedder.model.hub = Some(HubSource { repo: "r/m".into(), revision: bad.to_string() }));
+        assert_eq!(p.len(), 1, "{bad}: {p:?}");
+        assert!(p[0].contains("embedder.model.hub.revision"), "{p:?}");
+    }
+}
+
+#[test]
+fn a_missing_or_malformed_identity_is_named() {
+    let p = problems(|s| s.reranker.model.model_identity = None);
+    assert!(p[0].contains("reranker.model.modelIdentity is missing"), "{p:?}");
+    let p = problems(|s| s.generator.model.model_identity = Some("ABCD".into()));
+    assert!(p[0].contains("generator.model.modelIdentity must be 64"), "{p:?}");
+    // Uppercase is refused: one identity, one spelling.
+    let p = problems(|s| s.generator.model.model_identity = Some("AB".repeat(32)));
+    assert_eq!(p.len(), 1);
+}
+
+#[test]
+fn roots_must_be_known_and_mock_roots_named() {
+    let p = problems(|s| {
+        s.attestation.trusted_roots = vec![TrustedRootSpec { amd: Some("rome".into()), mock_secret_ref: None }]
+    });
+    assert!(p[0].contains("not a known AMD generation"), "{p:?}");
+    let p = problems(|s| s.attestation.trusted_roots = vec![TrustedRootSpec { amd: None, mock_secret_ref: None }]);
+    assert!(p[0].contains("not a known root"), "{p:?}");
+    let p = problems(|s| s.attestation.trusted_roots.clear());
+    assert!(p[0].contains("trustedRoots is empty"), "{p:?}");
+    let ok = {
+        let mut s = PrivateRAGPipelineSpec::test();
+        s.attestation.trusted_roots = vec![TrustedRootSpec { amd: Some("genoa".into()), mock_secret_ref: None }];
+        validate(&s).expect("amd root is valid")
+    };
+    assert!(ok.uses_mock_root().is_none(), "AMD-only roots never enable the mock issuer");
+}
+
+#[test]
+fn exactly_one_model_source() {
+    let p = problems(|s| s.embedder.model.volume = Some(VolumeSource { claim_name: "c".into(), sub_path: None }));
+    assert!(p[0].contains("exactly one of hub and volume"), "{p:?}");
+    let p = problems(|s| s.embedder.model.hub = None);
+    assert!(p[0].contains("set one of hub and volume"), "{p:?}");
+    let p = problems(|s| {
+        s.gateway.model.volume = Some(VolumeSource { claim_name: "c".into(), sub_path: Some("../etc".into()) })
+    });
+    assert!(p[0].contains("subPath"), "{p:?}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let p = problems(|s| {
+        s.embedder.model.model_identity = None;
+        s.reranker.model.hub = Some(HubSource { repo: "r".into(), revision: "main".into() });
+        s.attestation.allowed_measurements = vec!["00".into()];
+    });
+    assert_eq!(p.len(), 3, "{p:?}");
+}
+
+#[test]
+fn hex_parsing_is_exact() {
+    assert_eq!(parse_hex::<2>("0aff"), Some([0x0a, 0xff]));
+    assert_eq!(parse_hex::<2>("0aFF"), None);
+    assert_eq!(parse_hex::<2>("0aff00"), None);
+    assert_eq!(parse_hex::<2>("0g00"), None);
+}
