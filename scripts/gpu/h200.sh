@@ -35,9 +35,10 @@ stage() { # name, seconds, command...
   echo "=== $name: rc=${PIPESTATUS[0]} in $((SECONDS - t0)) s" | tee -a "$log"
 }
 
-stage torch 100 python3 scripts/gpu/torch_peer.py --json "$out/torch.json"
-stage gemm 200 "$bin" bench gpu --sections gemm,roundtrip --json "$out/gelo.json"
-stage blocks 150 "$bin" bench gpu --sections blocks --json "$out/blocks.json"
-stage tiles 80 "$bin" bench gpu --sections tiles --models qwen3-1.7b --reps 5 --json "$out/tiles.json"
-python3 scripts/gpu/report.py "$out/gelo.json" "$out/torch.json" >"$out/report.md" 2>&1
+stage torch 90 python3 scripts/gpu/torch_peer.py --json "$out/torch.json"
+stage gemm 150 "$bin" bench gpu --sections gemm,roundtrip --json "$out/gelo.json"
+stage tensor-cores 90 "$bin" bench gpu --sections gemm --weights f16 --tensor-cores --json "$out/gelo-tc.json"
+stage blocks 120 "$bin" bench gpu --sections blocks --json "$out/blocks.json"
+stage tiles 60 "$bin" bench gpu --sections tiles --models qwen3-1.7b --m 16,2056 --reps 5 --json "$out/tiles.json"
+python3 scripts/gpu/report.py "$out/gelo.json" "$out/torch.json" "$out/gelo-tc.json" >"$out/report.md" 2>&1
 cat "$out/report.md"

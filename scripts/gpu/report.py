@@ -3,7 +3,7 @@
 of docs/BENCHMARKS.md: engine f32 vs PyTorch fp32 (TF32 off), engine f16 weights vs PyTorch
 bf16, and the decode round trip.
 
-usage: report.py GELO_JSON TORCH_JSON
+usage: report.py GELO_JSON TORCH_JSON [TENSOR_CORE_GELO_JSON]
 """
 
 import json
@@ -22,9 +22,16 @@ def load(path):
 
 def main():
     gelo, torch = load(sys.argv[1]), load(sys.argv[2])
+    tc = {}
+    if len(sys.argv) > 3:
+        try:
+            tc = {(r["model"], r["linear"], r["m"], r["weights"]): r
+                  for r in load(sys.argv[3]) if r["section"] == "gemm"}
+        except FileNotFoundError:
+            pass
     peer = {(r["model"], r["linear"], r["m"], r["dtype"]): r for r in torch if r["section"] == "gemm"}
-    print("| model | linear | k×n | m | engine f32 TFLOP/s | torch fp32 | % | engine f16-W TFLOP/s | torch bf16 | % | engine f32 call TFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | linear | k×n | m | engine f32 TFLOP/s | torch fp32 | % | engine f16-W TFLOP/s | tensor cores f16-W | torch bf16 | % (best f16) | engine f32 call TFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     cells = {}
     for r in gelo:
         if r["section"] == "gemm":
@@ -44,8 +51,10 @@ def main():
         def tt(t):
             return f"{t['tflops']:.2f}" if t else "-"
 
+        c16 = tc.get((model, lin, m, "f16"))
+        best16 = max([e for e in (f16, c16) if e], key=lambda e: e["tflops_gpu"], default=None)
         print(f"| {model} | {lin} | {ref['k']}×{ref['n']} | {m} | {tf(f32)} | {tt(t32)} | {pct(f32, t32)} "
-              f"| {tf(f16)} | {tt(t16)} | {pct(f16, t16)} | {tf(f32, 'tflops_call')} |")
+              f"| {tf(f16)} | {tf(c16)} | {tt(t16)} | {pct(best16, t16)} | {tf(f32, 'tflops_call')} |")
     print()
     print("| m | engine weights | engine median µs | torch dtype | torch median µs |")
     print("|---|---|---|---|---|")

@@ -21,24 +21,40 @@ pub(crate) struct Gpu {
     pub limits: wgpu::Limits,
     /// Device-local memory (largest device-local heap), when the driver says.
     pub memory_bytes: Option<u64>,
+    /// Cooperative-matrix (tensor core) kernels can run: asked for, and the driver offers
+    /// 16×16×16 f16 products with f32 accumulation on 32-wide subgroups.
+    pub coop: bool,
     /// Set once, by the device-lost callback or by a hung submission; never cleared.
     lost: Arc<OnceLock<String>>,
 }
 
 impl Gpu {
-    pub fn open(spec: &AdapterSpec) -> Result<Gpu, EngineError> {
+    pub fn open(spec: &AdapterSpec, want_coop: bool) -> Result<Gpu, EngineError> {
         let instance = select::instance();
         let (adapter, summary) = select::pick(&instance, spec)?;
         let memory_bytes = device_local_memory(&adapter);
+        let coop = want_coop && supports_coop(&adapter);
+        if want_coop && !coop {
+            tracing::warn!(target: "gelo::engine", adapter = %summary, "tensor cores asked for, but the adapter offers no usable cooperative matrices");
+        }
+        let coop_features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
         // Take every limit the adapter offers: weights need large storage bindings and the
         // big tiles need more than WebGPU's default 16 KiB of workgroup memory.
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("gelo-engine"),
             // Timestamps only measure where time goes; nothing else is optional.
-            required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
+            required_features: (adapter.features() & wgpu::Features::TIMESTAMP_QUERY)
+                | if coop { coop_features } else { wgpu::Features::empty() },
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: if coop {
+                // SAFETY: wgpu marks cooperative matrices experimental. The kernels use only
+                // the configuration the driver lists (checked by `supports_coop`), one full
+                // subgroup per workgroup, in uniform control flow.
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
@@ -56,7 +72,7 @@ impl Gpu {
             tracing::error!(target: "gelo::engine", error = %e, "uncaptured wgpu error");
         }));
         tracing::info!(target: "gelo::engine", adapter = %summary, memory_bytes, "Vulkan engine opened");
-        Ok(Gpu { device, queue, adapter: summary, limits, memory_bytes, lost })
+        Ok(Gpu { device, queue, adapter: summary, limits, memory_bytes, coop, lost })
     }
 
     /// `DeviceLost` once the device is gone, so callers stop before touching it.
@@ -155,6 +171,21 @@ impl Gpu {
         }
         Ok(got)
     }
+}
+
+/// Whether the cooperative kernels can run here: the features, an f16×f16→f32 16×16×16
+/// configuration, and subgroups of exactly one cooperative workgroup.
+fn supports_coop(adapter: &wgpu::Adapter) -> bool {
+    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+    let info = adapter.get_info();
+    adapter.features().contains(needed)
+        && info.subgroup_min_size == crate::shaders::COOP_THREADS
+        && info.subgroup_max_size == crate::shaders::COOP_THREADS
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == wgpu::CooperativeScalarType::F16
+                && p.cr_type == wgpu::CooperativeScalarType::F32
+        })
 }
 
 /// Size of the largest device-local memory heap, read through the Vulkan HAL.

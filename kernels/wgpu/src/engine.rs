@@ -49,6 +49,11 @@ pub struct WgpuConfig {
     /// fastest (a few milliseconds once per class). `None`: on for hardware GPUs, off for
     /// software rasterizers, where the model's choice is good enough and trials are slow.
     pub autotune: Option<bool>,
+    /// Also run products on the matrix units (Vulkan cooperative matrices) where the device
+    /// has them and they are faster. Both operands are then rounded to f16 (values beyond
+    /// ±65504 overflow), and [`EngineInfo::operand_precision`] says `F16`, which widens
+    /// U-Verify's tolerance accordingly. Experimental; off by default.
+    pub tensor_cores: bool,
 }
 
 impl Default for WgpuConfig {
@@ -58,6 +63,7 @@ impl Default for WgpuConfig {
             memory_budget: None,
             parallel_workgroups: None,
             autotune: None,
+            tensor_cores: false,
         }
     }
 }
@@ -216,7 +222,7 @@ impl WgpuEngine {
     }
 
     pub fn open_adapter(spec: &AdapterSpec, cfg: WgpuConfig) -> Result<Self, EngineError> {
-        let gpu = Gpu::open(spec)?;
+        let gpu = Gpu::open(spec, cfg.tensor_cores)?;
         let device = &gpu.device;
         let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
             binding,
@@ -252,8 +258,10 @@ impl WgpuEngine {
             immediate_size: 0,
         });
         let lim = &gpu.limits;
+        let coop_tiles: &[Tile] = if gpu.coop { &shaders::COOP_TILES } else { &[] };
         let tiles: Vec<Tile> = TILES
             .iter()
+            .chain(coop_tiles)
             .copied()
             .filter(|t| {
                 t.threads() <= lim.max_compute_invocations_per_workgroup
@@ -344,11 +352,13 @@ impl WgpuEngine {
             let eff = (f64::from(t.tm * t.tn) / 64.0).powf(0.5) * (area / 16384.0).powf(0.15);
             waves * area / eff
         };
+        // Cooperative tiles are chosen only by measurement.
         *self
             .tiles
             .iter()
+            .filter(|t| !t.coop)
             .min_by(|a, b| cost(a).total_cmp(&cost(b)))
-            .expect("at least one tile")
+            .expect("at least one FMA tile")
     }
 
     /// Plans chosen by autotuning so far: `(rows class, n, k, plan)`.
@@ -399,12 +409,14 @@ impl WgpuEngine {
             return Ok(*p);
         }
         // Tiles far taller than the product only compute padding; K splits pay only where
-        // the unsplit product has few workgroups.
+        // the unsplit product has too few workgroups to occupy the device.
         let mut candidates = Vec::new();
         for &t in self.tiles.iter().filter(|t| t.bm as usize <= (2 * key.rows).max(32)) {
             candidates.push(Plan::new(t));
-            if splittable && t.bm <= 32 {
-                for s in [2, 4, 8] {
+            let wgs = ceil_div(key.rows, t.bm) * ceil_div(key.n, t.bn) * key.batch;
+            if splittable && (wgs as f64) < 4.0 * self.parallel {
+                let most = if t.bm <= 32 { 8 } else { 4 };
+                for s in [2, 4, 8].into_iter().filter(|&s| s <= most) {
                     if splits_evenly(key.k, s) {
                         candidates.push(Plan { tile: t, splits: s });
                     }
@@ -945,9 +957,10 @@ impl Engine for WgpuEngine {
             device: self.gpu.adapter.name.clone(),
             driver: self.gpu.adapter.driver.clone(),
             memory_bytes: self.gpu.memory_bytes,
-            // Operands and accumulation stay f32 in every kernel; a 16-bit weight's own
-            // rounding is reported per weight by `register`.
-            operand_precision: Precision::F32,
+            // Operands and accumulation stay f32 in the FMA kernels (a 16-bit weight's own
+            // rounding is reported per weight by `register`); the cooperative kernels round
+            // both operands to f16.
+            operand_precision: if self.gpu.coop { Precision::F16 } else { Precision::F32 },
         }
     }
 

@@ -32,7 +32,8 @@ pub enum WeightType {
     Bf16,
 }
 
-/// Output tile of one workgroup and the per-thread register block.
+/// Output tile of one workgroup and the per-thread register block, or, for a cooperative
+/// tile, the 16×16 matrix fragments one subgroup multiplies on the matrix units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tile {
     pub bm: u32,
@@ -40,19 +41,37 @@ pub struct Tile {
     pub bk: u32,
     pub tm: u32,
     pub tn: u32,
+    /// Vulkan cooperative matrices (tensor cores): f16 operands, f32 accumulation, one
+    /// subgroup of [`COOP_THREADS`] invocations per workgroup.
+    pub coop: bool,
 }
+
+/// Invocations of a cooperative workgroup: one subgroup of the GPUs it is enabled on.
+pub const COOP_THREADS: u32 = 32;
 
 impl Tile {
     pub const fn new(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Self {
-        Tile { bm, bn, bk, tm, tn }
+        Tile { bm, bn, bk, tm, tn, coop: false }
+    }
+
+    /// A cooperative tile of `bm/16 × bn/16` fragments.
+    pub const fn coop(bm: u32, bn: u32, bk: u32) -> Self {
+        Tile { bm, bn, bk, tm: 16, tn: 16, coop: true }
     }
 
     pub fn threads(&self) -> u32 {
+        if self.coop {
+            return COOP_THREADS;
+        }
         (self.bm / self.tm) * (self.bn / self.tn)
     }
 
-    /// Workgroup memory the tile stages (both operands, padded rows).
+    /// Workgroup memory the tile stages (both operands, padded rows; cooperative tiles also
+    /// stage their f32 result).
     pub fn shared_bytes(&self) -> u32 {
+        if self.coop {
+            return 2 * self.bk * (self.bm + self.bn) + 4 * self.bm * self.bn;
+        }
         4 * self.bk * ((self.bm + 4) + (self.bn + 4))
     }
 
@@ -60,6 +79,11 @@ impl Tile {
     /// evenly among the threads.
     pub fn is_valid(&self) -> bool {
         let t = self.threads();
+        if self.coop {
+            return [self.bm, self.bn, self.bk].iter().all(|&v| v % 16 == 0 && v > 0)
+                && (self.bm * self.bk) % t == 0
+                && (self.bn * self.bk) % t == 0;
+        }
         [self.tm, self.tn].iter().all(|&v| v == 4 || v == 8)
             && self.bm % self.tm == 0
             && self.bn % self.tn == 0
@@ -69,15 +93,32 @@ impl Tile {
     }
 
     pub fn name(&self) -> String {
+        if self.coop {
+            return format!("coop{}x{}x{}", self.bm, self.bn, self.bk);
+        }
         format!("{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
     }
 }
 
-/// The tiles the engine chooses among, largest first.
-pub const TILES: [Tile; 6] = [
+/// Cooperative-matrix tiles, used only when the engine is opened with tensor cores on.
+pub const COOP_TILES: [Tile; 5] = [
+    Tile::coop(64, 64, 32),
+    Tile::coop(64, 32, 32),
+    Tile::coop(32, 64, 32),
+    Tile::coop(32, 32, 32),
+    Tile::coop(16, 64, 32),
+];
+
+/// The tiles the engine chooses among, largest first. Which wins depends on the GPU (its
+/// registers per thread decide whether an 8×8 block keeps enough workgroups resident) and
+/// on the product's shape; autotuning measures them.
+pub const TILES: [Tile; 9] = [
     Tile::new(128, 128, 16, 8, 8),
+    Tile::new(128, 128, 8, 8, 8),
+    Tile::new(128, 64, 16, 8, 4),
     Tile::new(64, 128, 16, 8, 8),
     Tile::new(64, 64, 16, 4, 4),
+    Tile::new(64, 64, 32, 4, 4),
     Tile::new(32, 64, 32, 4, 4),
     Tile::new(16, 64, 32, 4, 4),
     Tile::new(16, 32, 32, 4, 4),
@@ -163,7 +204,10 @@ const BINDINGS: &str = r#"
 
 /// WGSL of the GEMM `O[b] = X[b] · W[b]` for one key.
 pub fn gemm_wgsl(key: &GemmKey) -> String {
-    let Tile { bm, bn, bk, tm, tn } = key.tile;
+    if key.tile.coop {
+        return coop_wgsl(key);
+    }
+    let Tile { bm, bn, bk, tm, tn, .. } = key.tile;
     let (wx, wy) = (bn / tn, bm / tm);
     let threads = wx * wy;
     let (sa, sb) = (bm + 4, bn + 4);
@@ -314,6 +358,112 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     s
 }
 
+/// WGSL of the GEMM on cooperative matrices: one subgroup per workgroup stages `BM×BK` of
+/// `X` and `BK×BN` of `W` in workgroup memory as f16, multiplies 16×16 fragments on the
+/// matrix units into f32 accumulators, and writes its tile back through workgroup memory so
+/// edges need no special case. Both operands are rounded to f16.
+fn coop_wgsl(key: &GemmKey) -> String {
+    let Tile { bm, bn, bk, .. } = key.tile;
+    let (fm, fnn) = (bm / 16, bn / 16);
+    let t = COOP_THREADS;
+    let mut s = String::from("enable f16;\nenable wgpu_cooperative_matrix;\n");
+    let w = &mut s;
+    let wty = if key.wtype == WeightType::F32 { "f32" } else { "u32" };
+    writeln!(
+        w,
+        "struct Params {{ m: u32, n: u32, k: u32, p0: u32, x_off: u32, x_ld: u32, x_bs: u32, p1: u32,
+  w_off: u32, w_ld: u32, w_bs: u32, p2: u32, o_off: u32, o_ld: u32, o_bs: u32, p3: u32 }}"
+    )
+    .unwrap();
+    w.push_str(BINDINGS);
+    writeln!(w, "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;").unwrap();
+    writeln!(
+        w,
+        "const BM: u32 = {bm}u; const BN: u32 = {bn}u; const BK: u32 = {bk}u; const T: u32 = {t}u;
+var<workgroup> xa: array<f16, {}>;
+var<workgroup> wb: array<f16, {}>;
+var<workgroup> ot: array<f32, {}>;",
+        bm * bk,
+        bk * bn,
+        bm * bn
+    )
+    .unwrap();
+    let load = match key.wtype {
+        WeightType::F32 => "f16(ws[e])",
+        // Exact: every f16 is an f32 and back.
+        WeightType::F16 => "f16(unpack2x16float(ws[e >> 1u])[e & 1u])",
+        WeightType::Bf16 => "f16(bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u)))",
+    };
+    writeln!(w, "fn wload(e: u32) -> f16 {{ return {load}; }}").unwrap();
+    let (kk, col, idx) = match key.layout {
+        WeightLayout::InOut => ("e / BN", "e % BN", "wb0 + kg * p.w_ld + ng"),
+        WeightLayout::OutIn => ("e % BK", "e / BK", "wb0 + ng * p.w_ld + kg"),
+    };
+    writeln!(
+        w,
+        "@compute @workgroup_size({t}, 1, 1)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let t = lid.x;
+  let m0 = wid.y * BM; let n0 = wid.x * BN;
+  let xb = p.x_off + wid.z * p.x_bs;
+  let wb0 = p.w_off + wid.z * p.w_bs;
+  let ob = p.o_off + wid.z * p.o_bs;"
+    )
+    .unwrap();
+    for i in 0..fm {
+        for j in 0..fnn {
+            writeln!(w, "  var c{i}_{j} = coop_mat16x16<f32, C>();").unwrap();
+        }
+    }
+    writeln!(
+        w,
+        "  for (var k0 = 0u; k0 < p.k; k0 += BK) {{
+    for (var e = t; e < BM * BK; e += T) {{
+      let r = m0 + e / BK; let c = k0 + e % BK;
+      var v = 0.0; if (r < p.m && c < p.k) {{ v = xs[xb + r * p.x_ld + c]; }}
+      xa[e] = f16(v);
+    }}
+    for (var e = t; e < BK * BN; e += T) {{
+      let kl = {kk}; let nl = {col}; let kg = k0 + kl; let ng = n0 + nl;
+      var v = f16(0.0); if (kg < p.k && ng < p.n) {{ v = wload({idx}); }}
+      wb[kl * BN + nl] = v;
+    }}
+    workgroupBarrier();
+    for (var kk = 0u; kk < BK; kk += 16u) {{"
+    )
+    .unwrap();
+    for i in 0..fm {
+        writeln!(w, "      let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xa[{}u * BK + kk], BK);", i * 16).unwrap();
+    }
+    for j in 0..fnn {
+        writeln!(w, "      let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&wb[kk * BN + {}u], BN);", j * 16).unwrap();
+    }
+    for i in 0..fm {
+        for j in 0..fnn {
+            writeln!(w, "      c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});").unwrap();
+        }
+    }
+    writeln!(w, "    }}
+    workgroupBarrier();
+  }}").unwrap();
+    for i in 0..fm {
+        for j in 0..fnn {
+            writeln!(w, "  coopStoreT(c{i}_{j}, &ot[{}u * BN + {}u], BN);", i * 16, j * 16).unwrap();
+        }
+    }
+    writeln!(
+        w,
+        "  workgroupBarrier();
+  for (var e = t; e < BM * BN; e += T) {{
+    let r = m0 + e / BN; let c = n0 + e % BN;
+    if (r < p.m && c < p.n) {{ os[ob + r * p.o_ld + c] = ot[e]; }}
+  }}
+}}"
+    )
+    .unwrap();
+    s
+}
+
 /// WGSL of the split-K reduction: partial products of K slices summed into the output.
 pub fn reduce_wgsl() -> String {
     let mut s = String::from(
@@ -421,6 +571,30 @@ mod tests {
             for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
                 for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
                     validate(&gemm_wgsl(&GemmKey { tile, layout, wtype }));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_cooperative_variant_is_valid_wgsl_and_spirv() {
+        let caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
+            | naga::valid::Capabilities::SHADER_FLOAT16
+            | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+        for tile in COOP_TILES {
+            assert!(tile.is_valid(), "{tile:?}");
+            for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
+                for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
+                    let src = gemm_wgsl(&GemmKey { tile, layout, wtype });
+                    let module = naga::front::wgsl::parse_str(&src)
+                        .unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(&src)));
+                    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+                        .validate(&module)
+                        .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+                    // What wgpu hands the Vulkan driver: SPIR-V 1.3 with the KHR extension.
+                    let opts = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
+                    naga::back::spv::write_vec(&module, &info, &opts, None)
+                        .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
                 }
             }
         }
