@@ -45,6 +45,9 @@ pub enum AttestError {
     Rpc(String),
     #[error("invalid nonce: {0}")]
     Nonce(String),
+    /// A setting (environment variable or flag) has an unusable value.
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 impl AttestError {

@@ -99,7 +99,7 @@ pub fn issuer_from_env_or_default() -> Result<Arc<dyn ReportIssuer>> {
             issuer = issuer.with_vcek_cache(dir);
         }
         if let Ok(vmpl) = std::env::var(env::VMPL) {
-            let vmpl = vmpl.parse().map_err(|_| AttestError::Firmware(format!("{}={vmpl:?} is not a number", env::VMPL)))?;
+            let vmpl = vmpl.parse().map_err(|_| AttestError::Config(format!("{}={vmpl:?} is not a number", env::VMPL)))?;
             issuer = issuer.with_vmpl(vmpl);
         }
         Ok(Arc::new(issuer))
@@ -121,7 +121,7 @@ pub fn issuer_from_env_or_default() -> Result<Arc<dyn ReportIssuer>> {
         "mock" => mock(),
         "auto" if Path::new(SEV_GUEST_DEVICE).exists() => hardware(),
         "auto" => mock(),
-        other => Err(AttestError::Firmware(format!("{}={other:?}: expected auto, hardware or mock", env::ISSUER))),
+        other => Err(AttestError::Config(format!("{}={other:?}: expected auto, hardware or mock", env::ISSUER))),
     }
 }
 
