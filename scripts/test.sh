@@ -10,3 +10,5 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
+# Kubernetes manifests (CRD, operator-built objects, chart, sample) against the 1.37 schemas.
+scripts/validate-manifests.sh
