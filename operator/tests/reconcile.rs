@@ -320,6 +320,31 @@ async fn a_model_revision_change_rolls_the_component_once_fetched() {
 }
 
 #[tokio::test]
+async fn a_failed_fetch_is_reported_and_nothing_serves_unchecked_files() {
+    let w = World::new(PrivateRAGPipeline::test().finalized()).await;
+    w.reconcile().await;
+    let job = format!("demo-reranker-fetch-{}", &REVISION[..12]);
+    w.api.update(JOBS, NS, &job, |j| {
+        j["status"] = json!({ "failed": 4, "conditions": [{
+            "type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+            "message": "Job has reached the specified backoff limit",
+        }]});
+    });
+    for other in ["embedder", "generator"] {
+        complete_job(&w.api, NS, &format!("demo-{other}-fetch-{}", &REVISION[..12]));
+    }
+    w.reconcile().await;
+    let p = w.pipeline();
+    let models = condition(&p, "ModelsReady").expect("ModelsReady");
+    assert_eq!((models.status.as_str(), models.reason.as_str()), ("False", "FetchFailed"));
+    assert!(models.message.contains(&job) && models.message.contains("backoff limit"), "{}", models.message);
+    assert!(w.api.get(DEPLOYMENTS, NS, "demo-reranker").is_none(), "no reranker without checked files");
+    assert!(w.api.get(DEPLOYMENTS, NS, "demo-embedder").is_some());
+    let ready = condition(&p, "Ready").expect("Ready");
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "ModelsNotReady"));
+}
+
+#[tokio::test]
 async fn an_invalid_spec_reports_a_condition_instead_of_failing() {
     let cases: [(&str, fn(&mut gelo_operator::crd::PrivateRAGPipelineSpec)); 3] = [
         ("embedder.model.hub.revision must be a full 40-hex commit id", |s| {
