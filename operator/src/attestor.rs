@@ -6,9 +6,9 @@
 //! real one (RA-TLS handshake + fresh-nonce challenge, gelo-attest's verifier); tests
 //! script results with [`ScriptedAttestor`].
 //!
-//! A `VerifiedEndpoint` can only be made from gelo-attest's `Verified` (which only its
-//! verifier makes) or through [`danger::assume_verified`], named so that a reviewer sees
-//! every place that skips the check.
+//! Outside this module a `VerifiedEndpoint` can only be made from gelo-attest's `Verified`
+//! (which only its verifier makes) or through [`danger::assume_verified`], named so that a
+//! reviewer sees every place that skips the check.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -43,7 +43,9 @@ pub struct Expected {
 }
 
 /// A pod whose fresh evidence was verified: what goes into the routing table.
+/// `non_exhaustive` keeps other crates from building one with a struct literal.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct VerifiedEndpoint {
     pub component: Component,
     pub pod: String,
@@ -53,8 +55,6 @@ pub struct VerifiedEndpoint {
     pub model_identity: [u8; 32],
     pub scheme_identity: [u8; 32],
     pub measurement: [u8; 48],
-    // Private: forces construction through `from_verified` or `danger::assume_verified`.
-    _sealed: (),
 }
 
 impl VerifiedEndpoint {
@@ -68,7 +68,6 @@ impl VerifiedEndpoint {
             model_identity: *v.model_identity(),
             scheme_identity: *v.scheme_identity(),
             measurement: *v.measurement(),
-            _sealed: (),
         }
     }
 }
@@ -198,7 +197,6 @@ pub mod danger {
             model_identity,
             scheme_identity,
             measurement,
-            _sealed: (),
         }
     }
 }

@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 /// API group of every GELO resource.
 pub const GROUP: &str = "gelo.dev";
 
+// Several `printcolumn(...)` entries are kube's syntax, not a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "gelo.dev",

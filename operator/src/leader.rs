@@ -24,9 +24,11 @@ pub struct LeaseLock {
     name: String,
     holder: String,
     duration: Duration,
-    /// The last lease record seen (holder, renewTime) and when this replica first saw it.
-    observed: Mutex<Option<(Option<String>, Option<MicroTime>, Instant)>>,
+    observed: Mutex<Option<Observed>>,
 }
+
+/// The last lease record seen (holder, renewTime) and when this replica first saw it.
+type Observed = (Option<String>, Option<MicroTime>, Instant);
 
 impl LeaseLock {
     pub fn new(client: Client, namespace: &str, name: &str, holder: &str, duration: Duration) -> Self {

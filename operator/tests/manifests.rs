@@ -57,7 +57,7 @@ fn manifests_prints_every_object_the_reconciler_applies() {
     let mut kinds: Vec<String> = text
         .split("\n---\n")
         .chain(std::iter::once(""))
-        .flat_map(|d| serde_yaml::Deserializer::from_str(d).map(|doc| serde_yaml::Value::deserialize(doc)).collect::<Vec<_>>())
+        .flat_map(|d| serde_yaml::Deserializer::from_str(d).map(serde_yaml::Value::deserialize).collect::<Vec<_>>())
         .filter_map(|v| v.ok()?.get("kind")?.as_str().map(String::from))
         .collect();
     kinds.sort();

@@ -346,7 +346,8 @@ async fn a_failed_fetch_is_reported_and_nothing_serves_unchecked_files() {
 
 #[tokio::test]
 async fn an_invalid_spec_reports_a_condition_instead_of_failing() {
-    let cases: [(&str, fn(&mut gelo_operator::crd::PrivateRAGPipelineSpec)); 3] = [
+    type Break = fn(&mut gelo_operator::crd::PrivateRAGPipelineSpec);
+    let cases: [(&str, Break); 3] = [
         ("embedder.model.hub.revision must be a full 40-hex commit id", |s| {
             s.embedder.model.hub = Some(HubSource { repo: "r/m".into(), revision: "main".into() })
         }),
