@@ -1,0 +1,189 @@
+//! Plaintext layout of the sealed records: length-prefixed fields, little-endian integers and
+//! floats. Decoding checks every length against the buffer, so a record that authenticates but
+//! does not decode (a bug, or a future format) is a `Corrupt` error, never a panic.
+
+use std::collections::BTreeMap;
+
+use crate::error::{RecordKind, Result, StoreError};
+use crate::seal::Generation;
+
+/// Layout version inside document records; bump with a migration.
+const DOC_LAYOUT: u8 = 1;
+
+pub(crate) struct DocRecord {
+    pub(crate) generation: Generation,
+    pub(crate) chunks: u32,
+    pub(crate) id: String,
+    pub(crate) title: String,
+    pub(crate) metadata: BTreeMap<String, String>,
+}
+
+pub(crate) fn encode_doc(doc: &DocRecord) -> Vec<u8> {
+    let meta_len: usize = doc.metadata.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+    let mut out = Vec::with_capacity(1 + 16 + 4 + 8 + doc.id.len() + doc.title.len() + 4 + meta_len);
+    out.push(DOC_LAYOUT);
+    out.extend_from_slice(&doc.generation);
+    out.extend_from_slice(&doc.chunks.to_le_bytes());
+    put_str(&mut out, &doc.id);
+    put_str(&mut out, &doc.title);
+    out.extend_from_slice(&(doc.metadata.len() as u32).to_le_bytes());
+    for (k, v) in &doc.metadata {
+        put_str(&mut out, k);
+        put_str(&mut out, v);
+    }
+    out
+}
+
+pub(crate) fn decode_doc(bytes: &[u8]) -> Result<DocRecord> {
+    let mut r = Reader::new(bytes, RecordKind::Document);
+    if r.u8()? != DOC_LAYOUT {
+        return Err(StoreError::corrupt(RecordKind::Document, "unknown record layout"));
+    }
+    let mut generation = [0u8; 16];
+    generation.copy_from_slice(r.take(16)?);
+    let chunks = r.u32()?;
+    let id = r.string()?;
+    let title = r.string()?;
+    let pairs = r.u32()?;
+    let mut metadata = BTreeMap::new();
+    for _ in 0..pairs {
+        let k = r.string()?;
+        let v = r.string()?;
+        metadata.insert(k, v);
+    }
+    r.finish()?;
+    Ok(DocRecord { generation, chunks, id, title, metadata })
+}
+
+pub(crate) fn encode_chunk(text: &str, vector: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + text.len() + 4 * vector.len());
+    put_str(&mut out, text);
+    for x in vector {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+/// Decodes a chunk record. `vector_out` receives the embedding; the text is returned only if
+/// asked for, since loading the index needs the vectors alone.
+pub(crate) fn decode_chunk(bytes: &[u8], vector_out: &mut [f32], want_text: bool) -> Result<Option<String>> {
+    let mut r = Reader::new(bytes, RecordKind::Chunk);
+    let text = if want_text { Some(r.string()?) } else { r.skip_str()? };
+    let raw = r.take(4 * vector_out.len())?;
+    r.finish()?;
+    for (x, b) in vector_out.iter_mut().zip(raw.chunks_exact(4)) {
+        *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    Ok(text)
+}
+
+pub(crate) fn encode_config(dimension: u32) -> Vec<u8> {
+    dimension.to_le_bytes().to_vec()
+}
+
+pub(crate) fn decode_config(bytes: &[u8]) -> Result<u32> {
+    let mut r = Reader::new(bytes, RecordKind::Config);
+    let dim = r.u32()?;
+    r.finish()?;
+    Ok(dim)
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    kind: RecordKind,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8], kind: RecordKind) -> Self {
+        Reader { buf, kind }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.buf.len() < n {
+            return Err(StoreError::corrupt(self.kind, "record shorter than its fields"));
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn string(&mut self) -> Result<String> {
+        let len = self.u32()? as usize;
+        let bytes = self.take(len)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| StoreError::corrupt(self.kind, "text is not UTF-8"))
+    }
+
+    fn skip_str(&mut self) -> Result<Option<String>> {
+        let len = self.u32()? as usize;
+        self.take(len)?;
+        Ok(None)
+    }
+
+    fn finish(&self) -> Result<()> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(StoreError::corrupt(self.kind, "trailing bytes after the record's fields"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doc_roundtrip_and_truncation() {
+        let doc = DocRecord {
+            generation: [7; 16],
+            chunks: 3,
+            id: "doc-ü".into(),
+            title: "Title".into(),
+            metadata: [("lang".to_string(), "de".to_string()), ("k".to_string(), String::new())].into(),
+        };
+        let bytes = encode_doc(&doc);
+        let back = decode_doc(&bytes).unwrap();
+        assert_eq!(
+            (back.generation, back.chunks, back.id.as_str(), back.title.as_str(), &back.metadata),
+            (doc.generation, 3, "doc-ü", "Title", &doc.metadata)
+        );
+        for len in 0..bytes.len() {
+            assert!(matches!(decode_doc(&bytes[..len]), Err(StoreError::Corrupt { kind: RecordKind::Document, .. })));
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode_doc(&longer).is_err());
+    }
+
+    #[test]
+    fn chunk_roundtrip_and_truncation() {
+        let v = [1.5f32, -0.25, 3.0];
+        let bytes = encode_chunk("hello", &v);
+        let mut out = [0f32; 3];
+        assert_eq!(decode_chunk(&bytes, &mut out, true).unwrap().as_deref(), Some("hello"));
+        assert_eq!(out, v);
+        let mut out = [0f32; 3];
+        assert_eq!(decode_chunk(&bytes, &mut out, false).unwrap(), None);
+        assert_eq!(out, v);
+        for len in 0..bytes.len() {
+            assert!(decode_chunk(&bytes[..len], &mut out, true).is_err());
+        }
+        // A record of another dimension does not decode.
+        let mut wrong = [0f32; 4];
+        assert!(decode_chunk(&bytes, &mut wrong, false).is_err());
+    }
+}
