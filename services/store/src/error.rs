@@ -79,6 +79,11 @@ impl From<redb::Error> for StoreError {
     fn from(err: redb::Error) -> Self {
         match err {
             redb::Error::Corrupted(reason) => StoreError::corrupt(RecordKind::File, reason),
+            // redb reports a file that is not a redb database (bad magic, impossible header
+            // fields) as I/O "invalid data": to us that is a corrupt file, not a disk failure.
+            redb::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+                StoreError::corrupt(RecordKind::File, io.to_string())
+            }
             redb::Error::Io(io) => StoreError::Io(io),
             other => StoreError::Db(other),
         }
