@@ -3,7 +3,8 @@
 # libraries carried in .gl/, then run the PyTorch peer and `gelo bench gpu` on the same GPU
 # and join their numbers. Logs and JSON land in $OUT (or ./gpu-out).
 #
-# usage: scripts/gpu/h200.sh [GELO_BINARY]   (default: .devbin/gelo, a release build)
+# usage: [STAGES="torch gemm tc blocks thp tiles"] scripts/gpu/h200.sh [GELO_BINARY]
+#        (default binary: .devbin/gelo, a release build)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-out}"
@@ -35,10 +36,24 @@ stage() { # name, seconds, command...
   echo "=== $name: rc=${PIPESTATUS[0]} in $((SECONDS - t0)) s" | tee -a "$log"
 }
 
-stage torch 90 python3 scripts/gpu/torch_peer.py --json "$out/torch.json"
-stage gemm 150 "$bin" bench gpu --sections gemm,roundtrip --json "$out/gelo.json"
-stage tensor-cores 90 "$bin" bench gpu --sections gemm --weights f16 --tensor-cores --json "$out/gelo-tc.json"
-stage blocks 120 "$bin" bench gpu --sections blocks --json "$out/blocks.json"
-stage tiles 60 "$bin" bench gpu --sections tiles --models qwen3-1.7b --m 16,2056 --reps 5 --json "$out/tiles.json"
-python3 scripts/gpu/report.py "$out/gelo.json" "$out/torch.json" "$out/gelo-tc.json" >"$out/report.md" 2>&1
-cat "$out/report.md"
+# Stages to run (all by default); e.g. STAGES="torch gemm tc blocks" for the headline numbers.
+stages=" ${STAGES:-torch gemm tc blocks thp tiles} "
+want() { [[ "$stages" == *" $1 "* ]]; }
+
+# The peer first: it also brings the GPU to its working clocks.
+want torch && stage torch 90 python3 scripts/gpu/torch_peer.py --json "$out/torch.json"
+want gemm && stage gemm 150 "$bin" bench gpu --sections gemm,roundtrip --json "$out/gelo.json"
+want tc && stage tensor-cores 90 "$bin" bench gpu --sections gemm --weights f16 --tensor-cores --json "$out/gelo-tc.json"
+want blocks && stage blocks 120 "$bin" bench gpu --sections blocks --json "$out/blocks.json"
+# The same with transparent huge pages for the host allocator: how much of the call time is
+# page faults on freshly allocated result buffers (a VM's first touch is expensive).
+# (Tables in log.txt only: $OUT brings back at most 8 files.)
+if want thp; then
+  stage gemm-thp 60 env GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$bin" bench gpu --sections gemm --models qwen3-1.7b --weights f32
+  stage blocks-thp 60 env GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$bin" bench gpu --sections blocks --models qwen3-1.7b
+fi
+want tiles && stage tiles 90 "$bin" bench gpu --sections tiles --tensor-cores --models qwen3-1.7b --m 16,512,2056 --weights f32,f16 --reps 5 --json "$out/tiles.json"
+if [ -f "$out/torch.json" ]; then
+  python3 scripts/gpu/report.py "$out/gelo.json" "$out/torch.json" "$out/gelo-tc.json" >"$out/report.md" 2>&1
+  cat "$out/report.md"
+fi

@@ -11,24 +11,25 @@ use std::{
     collections::HashMap,
     num::NonZeroU64,
     sync::{
+        Arc, Mutex, RwLock,
         atomic::{AtomicU64, Ordering},
-        mpsc, Arc, Mutex, RwLock,
+        mpsc,
     },
     time::Instant,
 };
 
 use kernels::{
-    engine::{check_operand, dynamic_shape},
     Engine, EngineError, EngineInfo, Masked, Matrix, Precision, Registered, Weight, WeightId,
     WeightLayout,
+    engine::{check_operand, dynamic_shape},
 };
 
 use crate::{
     device::Gpu,
     select::{AdapterSpec, AdapterSummary},
     shaders::{
-        self, GemmKey, GemmParams, ReduceParams, SoftmaxParams, Tile, WeightType, PARAMS_BYTES,
-        REDUCE_THREADS, TILES,
+        self, GemmKey, GemmParams, PARAMS_BYTES, REDUCE_THREADS, ReduceParams, SoftmaxParams,
+        TILES, Tile, WeightType,
     },
     weights::{self, GpuWeight},
 };
@@ -100,7 +101,11 @@ impl Plan {
     }
 
     pub fn name(&self) -> String {
-        if self.splits > 1 { format!("{}·k/{}", self.tile.name(), self.splits) } else { self.tile.name() }
+        if self.splits > 1 {
+            format!("{}·k/{}", self.tile.name(), self.splits)
+        } else {
+            self.tile.name()
+        }
     }
 }
 
@@ -276,18 +281,32 @@ impl WgpuEngine {
                 gpu.adapter
             )));
         }
-        let parallel = cfg.parallel_workgroups.map(f64::from).unwrap_or(match gpu.adapter.device_type {
-            // About two resident workgroups per compute unit of a large discrete GPU.
-            wgpu::DeviceType::DiscreteGpu => 256.0,
-            wgpu::DeviceType::Cpu => {
-                std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(4.0)
-            }
-            _ => 64.0,
-        });
-        let autotune = cfg.autotune.unwrap_or(gpu.adapter.device_type != wgpu::DeviceType::Cpu);
+        let parallel =
+            cfg.parallel_workgroups
+                .map(f64::from)
+                .unwrap_or(match gpu.adapter.device_type {
+                    // About two resident workgroups per compute unit of a large discrete GPU.
+                    wgpu::DeviceType::DiscreteGpu => 256.0,
+                    wgpu::DeviceType::Cpu => std::thread::available_parallelism()
+                        .map(|n| n.get() as f64)
+                        .unwrap_or(4.0),
+                    _ => 64.0,
+                });
+        let autotune = cfg
+            .autotune
+            .unwrap_or(gpu.adapter.device_type != wgpu::DeviceType::Cpu);
         let timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
-        let softmax = gpu.scoped("compile", || compile(device, &pipeline_layout, "softmax", &shaders::softmax_wgsl()))?;
-        let reduce = gpu.scoped("compile", || compile(device, &pipeline_layout, "reduce", &shaders::reduce_wgsl()))?;
+        let softmax = gpu.scoped("compile", || {
+            compile(
+                device,
+                &pipeline_layout,
+                "softmax",
+                &shaders::softmax_wgsl(),
+            )
+        })?;
+        let reduce = gpu.scoped("compile", || {
+            compile(device, &pipeline_layout, "reduce", &shaders::reduce_wgsl())
+        })?;
         Ok(WgpuEngine {
             gpu,
             cfg,
@@ -331,7 +350,10 @@ impl WgpuEngine {
     pub fn pin(&self, plan: Option<Plan>) -> Result<(), EngineError> {
         if let Some(p) = plan {
             if !self.tiles.contains(&p.tile) || !(1..=64).contains(&p.splits) {
-                return Err(EngineError::Backend(format!("plan {} is not available on this device", p.name())));
+                return Err(EngineError::Backend(format!(
+                    "plan {} is not available on this device",
+                    p.name()
+                )));
             }
         }
         *self.pinned.write().expect("plan lock poisoned") = plan;
@@ -376,7 +398,14 @@ impl WgpuEngine {
 
     /// The plan autotuning chose for products of `rows` rows (any count in the same
     /// power-of-two class) by an `(k, n)` weight in `layout` stored as `storage`.
-    pub fn tuned_plan(&self, rows: usize, k: usize, n: usize, layout: WeightLayout, storage: Precision) -> Option<Plan> {
+    pub fn tuned_plan(
+        &self,
+        rows: usize,
+        k: usize,
+        n: usize,
+        layout: WeightLayout,
+        storage: Precision,
+    ) -> Option<Plan> {
         let key = TuneKey {
             rows: rows.next_power_of_two(),
             n,
@@ -385,7 +414,11 @@ impl WgpuEngine {
             wtype: weights::wtype(storage),
             batch: 1,
         };
-        self.tuned.read().expect("tune table poisoned").get(&key).copied()
+        self.tuned
+            .read()
+            .expect("tune table poisoned")
+            .get(&key)
+            .copied()
     }
 
     /// The plan for one product: pinned, else tuned (running the trials through `trial` on
@@ -399,7 +432,11 @@ impl WgpuEngine {
         trial: impl Fn(Plan) -> Result<Job<'a>, EngineError>,
     ) -> Result<Plan, EngineError> {
         if let Some(p) = *self.pinned.read().expect("plan lock poisoned") {
-            let splits = if splittable && splits_evenly(key.k, p.splits) { p.splits } else { 1 };
+            let splits = if splittable && splits_evenly(key.k, p.splits) {
+                p.splits
+            } else {
+                1
+            };
             return Ok(Plan { splits, ..p });
         }
         if !self.autotune {
@@ -411,7 +448,11 @@ impl WgpuEngine {
         // Tiles far taller than the product only compute padding; K splits pay only where
         // the unsplit product has too few workgroups to occupy the device.
         let mut candidates = Vec::new();
-        for &t in self.tiles.iter().filter(|t| t.bm as usize <= (2 * key.rows).max(32)) {
+        for &t in self
+            .tiles
+            .iter()
+            .filter(|t| t.bm as usize <= (2 * key.rows).max(32))
+        {
             candidates.push(Plan::new(t));
             let wgs = ceil_div(key.rows, t.bm) * ceil_div(key.n, t.bn) * key.batch;
             if splittable && (wgs as f64) < 4.0 * self.parallel {
@@ -446,9 +487,14 @@ impl WgpuEngine {
                 best = Some((fastest, tile));
             }
         }
-        let plan = best.map(|b| b.1).unwrap_or_else(|| Plan::new(self.model_tile(m, key.n, key.batch)));
+        let plan = best
+            .map(|b| b.1)
+            .unwrap_or_else(|| Plan::new(self.model_tile(m, key.n, key.batch)));
         tracing::debug!(target: "gelo::engine", ?key, plan = %plan.name(), "tuned");
-        self.tuned.write().expect("tune table poisoned").insert(key, plan);
+        self.tuned
+            .write()
+            .expect("tune table poisoned")
+            .insert(key, plan);
         Ok(plan)
     }
 
@@ -480,9 +526,9 @@ impl WgpuEngine {
         }
         let label = format!("gemm {} {:?} {:?}", key.tile.name(), key.layout, key.wtype);
         let src = shaders::gemm_wgsl(&key);
-        let p = Arc::new(
-            self.gpu.scoped("compile", || compile(&self.gpu.device, &self.pipeline_layout, &label, &src))?,
-        );
+        let p = Arc::new(self.gpu.scoped("compile", || {
+            compile(&self.gpu.device, &self.pipeline_layout, &label, &src)
+        })?);
         cache.insert(key, p.clone());
         Ok(p)
     }
@@ -528,7 +574,11 @@ impl WgpuEngine {
             });
             p.k = to_u32(job.op, ks)?;
             p.x_bs = p.k;
-            p.w_bs = if layout == WeightLayout::OutIn { p.k } else { to_u32(job.op, ks * p.w_ld as usize)? };
+            p.w_bs = if layout == WeightLayout::OutIn {
+                p.k
+            } else {
+                to_u32(job.op, ks * p.w_ld as usize)?
+            };
             p.o_off = to_u32(job.op, scratch)?;
             p.o_bs = to_u32(job.op, m * n)?;
         }
@@ -537,20 +587,32 @@ impl WgpuEngine {
         if groups.0 > max || groups.1 > max || groups.2 > max {
             return Err(EngineError::Shape {
                 op: job.op,
-                detail: format!("{m}x{n} product (batch {batch}) needs more workgroups than a dispatch allows"),
+                detail: format!(
+                    "{m}x{n} product (batch {batch}) needs more workgroups than a dispatch allows"
+                ),
             });
         }
-        let pipeline = self.pipeline(GemmKey { tile, layout, wtype })?;
+        let pipeline = self.pipeline(GemmKey {
+            tile,
+            layout,
+            wtype,
+        })?;
         job.params.extend_from_slice(bytemuck::bytes_of(&p));
-        job.params.resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
-        job.dispatches.push(Dispatch { pipeline, w, groups: (groups.0 as u32, groups.1 as u32, groups.2 as u32) });
+        job.params
+            .resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
+        job.dispatches.push(Dispatch {
+            pipeline,
+            w,
+            groups: (groups.0 as u32, groups.1 as u32, groups.2 as u32),
+        });
         if let Some(mut r) = reduce {
             let wgs = (m * n).div_ceil(REDUCE_THREADS as usize);
             let gx = wgs.min(max);
             let gy = wgs.div_ceil(gx);
             r.row = to_u32(job.op, gx * REDUCE_THREADS as usize)?;
             job.params.extend_from_slice(bytemuck::bytes_of(&r));
-            job.params.resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
+            job.params
+                .resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
             job.dispatches.push(Dispatch {
                 pipeline: self.reduce.clone(),
                 w: WSource::Input,
@@ -565,7 +627,9 @@ impl WgpuEngine {
         let reuse = {
             let mut idle = self.slots.lock().expect("slot pool poisoned");
             // Prefer a slot that is already large enough.
-            let pos = idle.iter().position(|s| s.in_cap >= in_bytes && s.out_cap >= out_bytes);
+            let pos = idle
+                .iter()
+                .position(|s| s.in_cap >= in_bytes && s.out_cap >= out_bytes);
             match pos {
                 Some(i) => Some(idle.swap_remove(i)),
                 None => idle.pop(),
@@ -591,7 +655,12 @@ impl WgpuEngine {
         let d = &self.gpu.device;
         self.gpu.scoped("allocate call buffers", || {
             let buf = |label, size, usage, mapped| {
-                d.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: mapped })
+                d.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage,
+                    mapped_at_creation: mapped,
+                })
             };
             use wgpu::BufferUsages as U;
             let queries = self.timestamps.then(|| {
@@ -600,11 +669,19 @@ impl WgpuEngine {
                     ty: wgpu::QueryType::Timestamp,
                     count: 2,
                 });
-                (set, buf("gelo-resolve", 256, U::QUERY_RESOLVE | U::COPY_SRC, false))
+                (
+                    set,
+                    buf("gelo-resolve", 256, U::QUERY_RESOLVE | U::COPY_SRC, false),
+                )
             });
             Slot {
                 up: buf("gelo-up", in_cap, U::MAP_WRITE | U::COPY_SRC, true),
-                input: buf("gelo-input", in_cap, U::UNIFORM | U::STORAGE | U::COPY_DST, false),
+                input: buf(
+                    "gelo-input",
+                    in_cap,
+                    U::UNIFORM | U::STORAGE | U::COPY_DST,
+                    false,
+                ),
                 in_cap,
                 output: buf("gelo-output", out_cap, U::STORAGE | U::COPY_SRC, false),
                 down: buf("gelo-down", out_cap + 256, U::MAP_READ | U::COPY_DST, false),
@@ -633,29 +710,45 @@ impl WgpuEngine {
             return g.clone();
         }
         let whole = |buffer, cap| {
-            wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 0, size: self.binding_size(cap) })
+            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer,
+                offset: 0,
+                size: self.binding_size(cap),
+            })
         };
         let w_res = match w {
             WSource::Weight(w) => whole(&w.buffer, w.bytes.next_multiple_of(4)),
             WSource::Input => whole(&slot.input, slot.in_cap),
         };
-        let g = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("gelo-call"),
-            layout: &self.layout,
-            entries: &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &slot.input,
-                        offset: 0,
-                        size: NonZeroU64::new(PARAMS_BYTES),
-                    }),
-                },
-                wgpu::BindGroupEntry { binding: 1, resource: whole(&slot.input, slot.in_cap) },
-                wgpu::BindGroupEntry { binding: 2, resource: w_res },
-                wgpu::BindGroupEntry { binding: 3, resource: whole(&slot.output, slot.out_cap) },
-            ],
-        });
+        let g = self
+            .gpu
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("gelo-call"),
+                layout: &self.layout,
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &slot.input,
+                            offset: 0,
+                            size: NonZeroU64::new(PARAMS_BYTES),
+                        }),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 1,
+                        resource: whole(&slot.input, slot.in_cap),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 2,
+                        resource: w_res,
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 3,
+                        resource: whole(&slot.output, slot.out_cap),
+                    },
+                ],
+            });
         if slot.groups.len() >= 64 {
             slot.groups.clear();
         }
@@ -691,31 +784,45 @@ impl WgpuEngine {
                 .up
                 .slice(..in_bytes)
                 .get_mapped_range_mut()
-                .map_err(|e| self.gpu.classify(op, format!("upload buffer not mapped: {e}")))?;
+                .map_err(|e| {
+                    self.gpu
+                        .classify(op, format!("upload buffer not mapped: {e}"))
+                })?;
             // Write-only view: the mapping may be write-combining memory, never read back.
             let mut at = 0;
             for s in &job.inputs {
-                view.slice(at..at + s.len() * 4).copy_from_slice(bytemuck::cast_slice(s));
+                view.slice(at..at + s.len() * 4)
+                    .copy_from_slice(bytemuck::cast_slice(s));
                 at += s.len() * 4;
             }
             let base = params_base as usize;
-            view.slice(base..base + job.params.len()).copy_from_slice(&job.params);
+            view.slice(base..base + job.params.len())
+                .copy_from_slice(&job.params);
         }
         slot.up.unmap();
 
         // 2. One command buffer: upload copy, all dispatches, read-back copy.
-        let groups: Vec<wgpu::BindGroup> = job.dispatches.iter().map(|d| self.bind_group(&mut slot, &d.w)).collect();
+        let groups: Vec<wgpu::BindGroup> = job
+            .dispatches
+            .iter()
+            .map(|d| self.bind_group(&mut slot, &d.w))
+            .collect();
         let ts_offset = out_bytes.next_multiple_of(8);
         let index = self.gpu.scoped(op, || {
-            let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+            let mut enc = self
+                .gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
             enc.copy_buffer_to_buffer(&slot.up, 0, &slot.input, 0, in_bytes);
             {
                 let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some(op),
-                    timestamp_writes: slot.queries.as_ref().map(|(set, _)| wgpu::ComputePassTimestampWrites {
-                        query_set: set,
-                        beginning_of_pass_write_index: Some(0),
-                        end_of_pass_write_index: Some(1),
+                    timestamp_writes: slot.queries.as_ref().map(|(set, _)| {
+                        wgpu::ComputePassTimestampWrites {
+                            query_set: set,
+                            beginning_of_pass_write_index: Some(0),
+                            end_of_pass_write_index: Some(1),
+                        }
                     }),
                 });
                 for (i, (d, g)) in job.dispatches.iter().zip(&groups).enumerate() {
@@ -735,14 +842,20 @@ impl WgpuEngine {
 
         // 3. Map the read-back, and the upload buffer again for the slot's next call.
         let (tx, rx) = mpsc::channel();
-        let down_len = if slot.queries.is_some() { ts_offset + 16 } else { out_bytes };
+        let down_len = if slot.queries.is_some() {
+            ts_offset + 16
+        } else {
+            out_bytes
+        };
         let tx2 = tx.clone();
         slot.up.slice(..).map_async(wgpu::MapMode::Write, move |r| {
             let _ = tx.send(r);
         });
-        slot.down.slice(..down_len).map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx2.send(r);
-        });
+        slot.down
+            .slice(..down_len)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx2.send(r);
+            });
         for r in self.gpu.wait(index, &rx, 2)? {
             r.map_err(|e| self.gpu.classify(op, format!("mapping a call buffer: {e}")))?;
         }
@@ -757,14 +870,18 @@ impl WgpuEngine {
                 .get_mapped_range()
                 .map_err(|e| self.gpu.classify(op, format!("read-back not mapped: {e}")))?;
             if slot.queries.is_some() {
-                let ts: Vec<u64> = bytemuck::pod_collect_to_vec(&view[ts_offset as usize..ts_offset as usize + 16]);
+                let ts: Vec<u64> = bytemuck::pod_collect_to_vec(
+                    &view[ts_offset as usize..ts_offset as usize + 16],
+                );
                 let ticks = ts[1].saturating_sub(ts[0]);
-                gpu_ns = Some((ticks as f64 * f64::from(self.gpu.queue.get_timestamp_period())) as u64);
+                gpu_ns =
+                    Some((ticks as f64 * f64::from(self.gpu.queue.get_timestamp_period())) as u64);
             }
             job.outputs
                 .iter()
                 .map(|&(off, rows, cols)| {
-                    let data: Vec<f32> = bytemuck::pod_collect_to_vec(&view[off * 4..(off + rows * cols) * 4]);
+                    let data: Vec<f32> =
+                        bytemuck::pod_collect_to_vec(&view[off * 4..(off + rows * cols) * 4]);
                     Matrix::from_vec(rows, cols, data).expect("output sized to its shape")
                 })
                 .collect::<Vec<_>>()
@@ -788,8 +905,15 @@ impl WgpuEngine {
     }
 
     /// Shape class of a dynamic call, for tuning: `None` when the pairs differ in shape.
-    fn dynamic_key(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Option<(TuneKey, usize)>, EngineError> {
-        let shapes = pairs.iter().map(|(a, b)| dynamic_shape(a, b, transpose_b)).collect::<Result<Vec<_>, _>>()?;
+    fn dynamic_key(
+        &self,
+        pairs: &[(&Masked, &Masked)],
+        transpose_b: bool,
+    ) -> Result<Option<(TuneKey, usize)>, EngineError> {
+        let shapes = pairs
+            .iter()
+            .map(|(a, b)| dynamic_shape(a, b, transpose_b))
+            .collect::<Result<Vec<_>, _>>()?;
         if !shapes.windows(2).all(|w| w[0] == w[1]) {
             return Ok(None);
         }
@@ -805,11 +929,18 @@ impl WgpuEngine {
         Ok(Some((key, m)))
     }
 
-    fn dynamic_call(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Vec<Matrix>, EngineError> {
+    fn dynamic_call(
+        &self,
+        pairs: &[(&Masked, &Masked)],
+        transpose_b: bool,
+    ) -> Result<Vec<Matrix>, EngineError> {
         let tile = match self.dynamic_key(pairs, transpose_b)? {
-            Some((key, m)) => {
-                Some(self.choose_plan(key, m, false, |p| self.dynamic_job(pairs, transpose_b, Some(p.tile)))?.tile)
-            }
+            Some((key, m)) => Some(
+                self.choose_plan(key, m, false, |p| {
+                    self.dynamic_job(pairs, transpose_b, Some(p.tile))
+                })?
+                .tile,
+            ),
             None => None,
         };
         self.execute(self.dynamic_job(pairs, transpose_b, tile)?)
@@ -823,7 +954,10 @@ impl WgpuEngine {
         tile: Option<Tile>,
     ) -> Result<Job<'a>, EngineError> {
         let op = "matmul_dynamic";
-        let shapes = pairs.iter().map(|(a, b)| dynamic_shape(a, b, transpose_b)).collect::<Result<Vec<_>, _>>()?;
+        let shapes = pairs
+            .iter()
+            .map(|(a, b)| dynamic_shape(a, b, transpose_b))
+            .collect::<Result<Vec<_>, _>>()?;
         let uniform = shapes.windows(2).all(|w| w[0] == w[1]);
         let base = 0;
         let mut job = Job {
@@ -836,9 +970,25 @@ impl WgpuEngine {
             scratch_len: 0,
         };
         // Operands: every `a`, then every `b`; results consecutive.
-        let a_offs: Vec<usize> = shapes.iter().scan(base, |o, &(m, k, _)| { let r = *o; *o += m * k; Some(r) }).collect();
-        let b_start = a_offs.last().map_or(base, |&l| l + shapes.last().map_or(0, |s| s.0 * s.1));
-        let b_offs: Vec<usize> = shapes.iter().scan(b_start, |o, &(_, k, n)| { let r = *o; *o += k * n; Some(r) }).collect();
+        let a_offs: Vec<usize> = shapes
+            .iter()
+            .scan(base, |o, &(m, k, _)| {
+                let r = *o;
+                *o += m * k;
+                Some(r)
+            })
+            .collect();
+        let b_start = a_offs
+            .last()
+            .map_or(base, |&l| l + shapes.last().map_or(0, |s| s.0 * s.1));
+        let b_offs: Vec<usize> = shapes
+            .iter()
+            .scan(b_start, |o, &(_, k, n)| {
+                let r = *o;
+                *o += k * n;
+                Some(r)
+            })
+            .collect();
         for (a, _) in pairs {
             job.inputs.push(a.matrix().as_slice());
         }
@@ -850,7 +1000,11 @@ impl WgpuEngine {
             job.out_len += m * n;
         }
         let o_offs: Vec<usize> = job.outputs.iter().map(|o| o.0).collect();
-        let layout = if transpose_b { WeightLayout::OutIn } else { WeightLayout::InOut };
+        let layout = if transpose_b {
+            WeightLayout::OutIn
+        } else {
+            WeightLayout::InOut
+        };
         let params = |i: usize| -> Result<GemmParams, EngineError> {
             let (m, k, n) = shapes[i];
             Ok(GemmParams {
@@ -873,13 +1027,29 @@ impl WgpuEngine {
             let p = params(0)?;
             let (m, n) = (p.m as usize, p.n as usize);
             let tile = tile.unwrap_or_else(|| self.model_tile(m, n, pairs.len()));
-            self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, pairs.len(), Plan::new(tile))?;
+            self.push_gemm(
+                &mut job,
+                WSource::Input,
+                layout,
+                WeightType::F32,
+                p,
+                pairs.len(),
+                Plan::new(tile),
+            )?;
         } else {
             for i in 0..pairs.len() {
                 let p = params(i)?;
                 let (m, n) = (p.m as usize, p.n as usize);
                 let tile = tile.unwrap_or_else(|| self.model_tile(m, n, 1));
-                self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, 1, Plan::new(tile))?;
+                self.push_gemm(
+                    &mut job,
+                    WSource::Input,
+                    layout,
+                    WeightType::F32,
+                    p,
+                    1,
+                    Plan::new(tile),
+                )?;
             }
         }
         Ok(job)
@@ -888,7 +1058,12 @@ impl WgpuEngine {
 
 impl WgpuEngine {
     /// The job of `x · W` for every weight, `tiles[i]` for the i-th.
-    fn many_job<'a>(&self, x: &'a Masked, ws: &[Arc<GpuWeight>], plans: &[Plan]) -> Result<Job<'a>, EngineError> {
+    fn many_job<'a>(
+        &self,
+        x: &'a Masked,
+        ws: &[Arc<GpuWeight>],
+        plans: &[Plan],
+    ) -> Result<Job<'a>, EngineError> {
         let op = "matmul";
         let (m, k) = (x.rows(), x.cols());
         let mut job = Job {
@@ -918,7 +1093,15 @@ impl WgpuEngine {
                 o_ld: to_u32(op, w.d_out)?,
                 ..Default::default()
             };
-            self.push_gemm(&mut job, WSource::Weight(w.clone()), w.layout, w.wtype, p, 1, plan)?;
+            self.push_gemm(
+                &mut job,
+                WSource::Weight(w.clone()),
+                w.layout,
+                w.wtype,
+                p,
+                1,
+                plan,
+            )?;
         }
         Ok(job)
     }
@@ -936,7 +1119,10 @@ fn compile(
     // own clamps and loop counters the inner product is a few instructions shorter.
     let module = unsafe {
         device.create_shader_module_trusted(
-            wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(src.into()) },
+            wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            },
             wgpu::ShaderRuntimeChecks::unchecked(),
         )
     };
@@ -960,14 +1146,23 @@ impl Engine for WgpuEngine {
             // Operands and accumulation stay f32 in the FMA kernels (a 16-bit weight's own
             // rounding is reported per weight by `register`); the cooperative kernels round
             // both operands to f16.
-            operand_precision: if self.gpu.coop { Precision::F16 } else { Precision::F32 },
+            operand_precision: if self.gpu.coop {
+                Precision::F16
+            } else {
+                Precision::F32
+            },
         }
     }
 
     fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
         weight.check(&id)?;
         self.gpu.check_alive()?;
-        if self.weights.read().expect("weight table poisoned").contains_key(&id) {
+        if self
+            .weights
+            .read()
+            .expect("weight table poisoned")
+            .contains_key(&id)
+        {
             return Err(EngineError::DuplicateWeight(id));
         }
         let storage = weights::storage_for(&weight.data, self.cfg.f32_weights_as);
@@ -979,7 +1174,11 @@ impl Engine for WgpuEngine {
                 "weight `{id}` needs {bytes} bytes; the device's largest buffer binding is {largest}"
             )));
         }
-        let budget = self.cfg.memory_budget.or(self.gpu.memory_bytes).unwrap_or(u64::MAX);
+        let budget = self
+            .cfg
+            .memory_budget
+            .or(self.gpu.memory_bytes)
+            .unwrap_or(u64::MAX);
         let resident = self.resident.load(Ordering::Relaxed);
         if resident + bytes > budget {
             return Err(EngineError::OutOfMemory(format!(
@@ -1044,7 +1243,10 @@ impl Engine for WgpuEngine {
     }
 
     fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
-        let ws = ids.iter().map(|id| self.weight(id)).collect::<Result<Vec<_>, _>>()?;
+        let ws = ids
+            .iter()
+            .map(|id| self.weight(id))
+            .collect::<Result<Vec<_>, _>>()?;
         for w in &ws {
             check_operand("matmul", x, w.d_in)?;
         }
@@ -1063,16 +1265,29 @@ impl Engine for WgpuEngine {
                     wtype: w.wtype,
                     batch: 1,
                 };
-                self.choose_plan(key, m, true, |p| self.many_job(x, std::slice::from_ref(w), &[p]))
+                self.choose_plan(key, m, true, |p| {
+                    self.many_job(x, std::slice::from_ref(w), &[p])
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let job = self.many_job(x, &ws, &plans)?;
-        Ok(self.execute(job)?.into_iter().map(Masked::from_mixed).collect())
+        Ok(self
+            .execute(job)?
+            .into_iter()
+            .map(Masked::from_mixed)
+            .collect())
     }
 
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+    fn matmul_dynamic(
+        &self,
+        a: &Masked,
+        b: &Masked,
+        transpose_b: bool,
+    ) -> Result<Masked, EngineError> {
         let mut out = self.dynamic_call(&[(a, b)], transpose_b)?;
-        Ok(Masked::from_mixed(out.pop().expect("one pair, one product")))
+        Ok(Masked::from_mixed(
+            out.pop().expect("one pair, one product"),
+        ))
     }
 
     fn matmul_dynamic_batched(
@@ -1083,7 +1298,11 @@ impl Engine for WgpuEngine {
         if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.dynamic_call(pairs, transpose_b)?.into_iter().map(Masked::from_mixed).collect())
+        Ok(self
+            .dynamic_call(pairs, transpose_b)?
+            .into_iter()
+            .map(Masked::from_mixed)
+            .collect())
     }
 
     fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
@@ -1096,7 +1315,10 @@ impl Engine for WgpuEngine {
         let grid_x = rows.min(max);
         let grid_y = rows.div_ceil(grid_x);
         if grid_y > max {
-            return Err(EngineError::Shape { op, detail: format!("{rows} rows exceed one dispatch") });
+            return Err(EngineError::Shape {
+                op,
+                detail: format!("{rows} rows exceed one dispatch"),
+            });
         }
         let p = SoftmaxParams {
             rows: to_u32(op, rows)?,

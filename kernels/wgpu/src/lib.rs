@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 pub use engine::{CallStats, Plan, WgpuConfig, WgpuEngine};
 use kernels::{CpuEngine, Engine, EngineError};
-pub use select::{adapters, AdapterSpec, AdapterSummary};
+pub use select::{AdapterSpec, AdapterSummary, adapters};
+/// Adapter kinds, as [`AdapterSummary::device_type`] reports them.
+pub use wgpu::DeviceType;
 
 /// Opens the engine a spec string names: `cpu`, `vulkan`, `vulkan:N` or `vulkan:<name>`.
 ///

@@ -51,12 +51,26 @@ pub const COOP_THREADS: u32 = 32;
 
 impl Tile {
     pub const fn new(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Self {
-        Tile { bm, bn, bk, tm, tn, coop: false }
+        Tile {
+            bm,
+            bn,
+            bk,
+            tm,
+            tn,
+            coop: false,
+        }
     }
 
     /// A cooperative tile of `bm/16 × bn/16` fragments.
     pub const fn coop(bm: u32, bn: u32, bk: u32) -> Self {
-        Tile { bm, bn, bk, tm: 16, tn: 16, coop: true }
+        Tile {
+            bm,
+            bn,
+            bk,
+            tm: 16,
+            tn: 16,
+            coop: true,
+        }
     }
 
     pub fn threads(&self) -> u32 {
@@ -80,7 +94,9 @@ impl Tile {
     pub fn is_valid(&self) -> bool {
         let t = self.threads();
         if self.coop {
-            return [self.bm, self.bn, self.bk].iter().all(|&v| v % 16 == 0 && v > 0)
+            return [self.bm, self.bn, self.bk]
+                .iter()
+                .all(|&v| v % 16 == 0 && v > 0)
                 && (self.bm * self.bk) % t == 0
                 && (self.bn * self.bk) % t == 0;
         }
@@ -96,7 +112,10 @@ impl Tile {
         if self.coop {
             return format!("coop{}x{}x{}", self.bm, self.bn, self.bk);
         }
-        format!("{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
+        format!(
+            "{}x{}x{}/{}x{}",
+            self.bm, self.bn, self.bk, self.tm, self.tn
+        )
     }
 }
 
@@ -207,14 +226,20 @@ pub fn gemm_wgsl(key: &GemmKey) -> String {
     if key.tile.coop {
         return coop_wgsl(key);
     }
-    let Tile { bm, bn, bk, tm, tn, .. } = key.tile;
+    let Tile {
+        bm, bn, bk, tm, tn, ..
+    } = key.tile;
     let (wx, wy) = (bn / tn, bm / tm);
     let threads = wx * wy;
     let (sa, sb) = (bm + 4, bn + 4);
     let (lx, lw) = (bm * bk / threads, bn * bk / threads);
     let mut s = String::new();
     let w = &mut s;
-    let wty = if key.wtype == WeightType::F32 { "f32" } else { "u32" };
+    let wty = if key.wtype == WeightType::F32 {
+        "f32"
+    } else {
+        "u32"
+    };
     writeln!(
         w,
         "struct Params {{ m: u32, n: u32, k: u32, p0: u32, x_off: u32, x_ld: u32, x_bs: u32, p1: u32,
@@ -222,7 +247,11 @@ pub fn gemm_wgsl(key: &GemmKey) -> String {
     )
     .unwrap();
     w.push_str(BINDINGS);
-    writeln!(w, "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;").unwrap();
+    writeln!(
+        w,
+        "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;"
+    )
+    .unwrap();
     writeln!(
         w,
         "const BM: u32 = {bm}u; const BN: u32 = {bn}u; const BK: u32 = {bk}u;
@@ -329,7 +358,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         for (i, cmp) in comp.iter().enumerate() {
             let r = g * 4 + i as u32;
             for h in 0..gn {
-                writeln!(w, "      c{r}_{h} = fma(vec4<f32>(a{g}.{cmp}), b{h}, c{r}_{h});").unwrap();
+                writeln!(
+                    w,
+                    "      c{r}_{h} = fma(vec4<f32>(a{g}.{cmp}), b{h}, c{r}_{h});"
+                )
+                .unwrap();
             }
         }
     }
@@ -339,8 +372,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     for g in 0..gm {
         for i in 0..4 {
             let r = g * 4 + i;
-            writeln!(w, "  {{ let row = m0 + {}u * WY + 4u * ty + {i}u;\n    if (row < p.m) {{", g * 4)
-                .unwrap();
+            writeln!(
+                w,
+                "  {{ let row = m0 + {}u * WY + 4u * ty + {i}u;\n    if (row < p.m) {{",
+                g * 4
+            )
+            .unwrap();
             for h in 0..gn {
                 writeln!(
                     w,
@@ -368,7 +405,11 @@ fn coop_wgsl(key: &GemmKey) -> String {
     let t = COOP_THREADS;
     let mut s = String::from("enable f16;\nenable wgpu_cooperative_matrix;\n");
     let w = &mut s;
-    let wty = if key.wtype == WeightType::F32 { "f32" } else { "u32" };
+    let wty = if key.wtype == WeightType::F32 {
+        "f32"
+    } else {
+        "u32"
+    };
     writeln!(
         w,
         "struct Params {{ m: u32, n: u32, k: u32, p0: u32, x_off: u32, x_ld: u32, x_bs: u32, p1: u32,
@@ -376,7 +417,11 @@ fn coop_wgsl(key: &GemmKey) -> String {
     )
     .unwrap();
     w.push_str(BINDINGS);
-    writeln!(w, "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;").unwrap();
+    writeln!(
+        w,
+        "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;"
+    )
+    .unwrap();
     writeln!(
         w,
         "const BM: u32 = {bm}u; const BN: u32 = {bn}u; const BK: u32 = {bk}u; const T: u32 = {t}u;
@@ -392,7 +437,9 @@ var<workgroup> ot: array<f32, {}>;",
         WeightType::F32 => "f16(ws[e])",
         // Exact: every f16 is an f32 and back.
         WeightType::F16 => "f16(unpack2x16float(ws[e >> 1u])[e & 1u])",
-        WeightType::Bf16 => "f16(bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u)))",
+        WeightType::Bf16 => {
+            "f16(bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u)))"
+        }
     };
     writeln!(w, "fn wload(e: u32) -> f16 {{ return {load}; }}").unwrap();
     let (kk, col, idx) = match key.layout {
@@ -433,22 +480,42 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     )
     .unwrap();
     for i in 0..fm {
-        writeln!(w, "      let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xa[{}u * BK + kk], BK);", i * 16).unwrap();
+        writeln!(
+            w,
+            "      let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xa[{}u * BK + kk], BK);",
+            i * 16
+        )
+        .unwrap();
     }
     for j in 0..fnn {
-        writeln!(w, "      let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&wb[kk * BN + {}u], BN);", j * 16).unwrap();
+        writeln!(
+            w,
+            "      let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&wb[kk * BN + {}u], BN);",
+            j * 16
+        )
+        .unwrap();
     }
     for i in 0..fm {
         for j in 0..fnn {
             writeln!(w, "      c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});").unwrap();
         }
     }
-    writeln!(w, "    }}
+    writeln!(
+        w,
+        "    }}
     workgroupBarrier();
-  }}").unwrap();
+  }}"
+    )
+    .unwrap();
     for i in 0..fm {
         for j in 0..fnn {
-            writeln!(w, "  coopStoreT(c{i}_{j}, &ot[{}u * BN + {}u], BN);", i * 16, j * 16).unwrap();
+            writeln!(
+                w,
+                "  coopStoreT(c{i}_{j}, &ot[{}u * BN + {}u], BN);",
+                i * 16,
+                j * 16
+            )
+            .unwrap();
         }
     }
     writeln!(
@@ -557,11 +624,15 @@ mod tests {
     use super::*;
 
     fn validate(src: &str) {
-        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
+        let module = naga::front::wgsl::parse_str(src)
+            .unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
         // Vulkan devices always have the f16-in-f32 packing builtins (`unpack2x16float`).
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32)
-            .validate(&module)
-            .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+        naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
     }
 
     #[test]
@@ -570,7 +641,11 @@ mod tests {
             assert!(tile.is_valid(), "{tile:?}");
             for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
                 for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
-                    validate(&gemm_wgsl(&GemmKey { tile, layout, wtype }));
+                    validate(&gemm_wgsl(&GemmKey {
+                        tile,
+                        layout,
+                        wtype,
+                    }));
                 }
             }
         }
@@ -585,14 +660,22 @@ mod tests {
             assert!(tile.is_valid(), "{tile:?}");
             for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
                 for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
-                    let src = gemm_wgsl(&GemmKey { tile, layout, wtype });
+                    let src = gemm_wgsl(&GemmKey {
+                        tile,
+                        layout,
+                        wtype,
+                    });
                     let module = naga::front::wgsl::parse_str(&src)
                         .unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(&src)));
-                    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
-                        .validate(&module)
-                        .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+                    let info =
+                        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+                            .validate(&module)
+                            .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
                     // What wgpu hands the Vulkan driver: SPIR-V 1.3 with the KHR extension.
-                    let opts = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
+                    let opts = naga::back::spv::Options {
+                        lang_version: (1, 3),
+                        ..Default::default()
+                    };
                     naga::back::spv::write_vec(&module, &info, &opts, None)
                         .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
                 }

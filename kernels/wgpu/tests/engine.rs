@@ -9,10 +9,10 @@ use std::sync::{Arc, OnceLock};
 
 use half::{bf16, f16};
 use kernels::{
-    cpu, danger, CpuEngine, Engine, EngineError, Masked, Matrix, Precision, Weight, WeightData,
-    WeightId, WeightLayout, F32_UNIT_ROUNDOFF,
+    CpuEngine, Engine, EngineError, F32_UNIT_ROUNDOFF, Masked, Matrix, Precision, Weight,
+    WeightData, WeightId, WeightLayout, cpu, danger,
 };
-use kernels_wgpu::{open_engine, Plan, WgpuConfig, WgpuEngine};
+use kernels_wgpu::{Plan, WgpuConfig, WgpuEngine, open_engine};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -85,11 +85,17 @@ fn reports_a_vulkan_device_honestly() {
 fn matmul_equals_cpu_for_odd_shapes_and_both_layouts() {
     let gpu = shared();
     let cpu = CpuEngine::new();
-    for (i, &(d_in, d_out)) in [(5, 3), (70, 65), (200, 129), (1, 7), (64, 64)].iter().enumerate() {
+    for (i, &(d_in, d_out)) in [(5, 3), (70, 65), (200, 129), (1, 7), (64, 64)]
+        .iter()
+        .enumerate()
+    {
         for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
             let w = weight(d_in, d_out, layout, 100 + i as u64);
             let name = id(&format!("odd.{d_in}x{d_out}.{layout:?}"));
-            assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::F32);
+            assert_eq!(
+                gpu.register(name.clone(), w.clone()).unwrap().storage,
+                Precision::F32
+            );
             cpu.register(name.clone(), w.clone()).unwrap();
             for rows in [1, 3, 17, 130] {
                 let x = random(rows, d_in, 7 * rows as u64 + i as u64);
@@ -147,7 +153,9 @@ fn every_plan_computes_the_same_product() {
                 ..w
             },
             "bf16" => Weight {
-                data: WeightData::Bf16(w.data.to_f32().iter().map(|&v| bf16::from_f32(v)).collect()),
+                data: WeightData::Bf16(
+                    w.data.to_f32().iter().map(|&v| bf16::from_f32(v)).collect(),
+                ),
                 ..w
             },
             _ => w,
@@ -162,12 +170,21 @@ fn every_plan_computes_the_same_product() {
     let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
     // Every tile unsplit, and split-K plans (83 = K is prime: splits fall back to one slice).
     let mut plans: Vec<Plan> = gpu.tiles().iter().map(|&t| Plan::new(t)).collect();
-    plans.push(Plan { tile: *gpu.tiles().last().unwrap(), splits: 4 });
+    plans.push(Plan {
+        tile: *gpu.tiles().last().unwrap(),
+        splits: 4,
+    });
     for plan in plans {
         gpu.pin(Some(plan)).unwrap();
         let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
         for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-            assert_product(&format!("{} plan {}", name, plan.name()), g.matrix(), e.matrix(), &x, &dense(w));
+            assert_product(
+                &format!("{} plan {}", name, plan.name()),
+                g.matrix(),
+                e.matrix(),
+                &x,
+                &dense(w),
+            );
         }
     }
 }
@@ -177,10 +194,17 @@ fn split_k_plans_sum_their_slices() {
     let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
     let cpu = CpuEngine::new();
     let mut ws = Vec::new();
-    for (layout, data) in [(WeightLayout::OutIn, "f32"), (WeightLayout::InOut, "f32"), (WeightLayout::OutIn, "f16")] {
+    for (layout, data) in [
+        (WeightLayout::OutIn, "f32"),
+        (WeightLayout::InOut, "f32"),
+        (WeightLayout::OutIn, "f16"),
+    ] {
         let w = weight(512, 70, layout, 11);
         let w = if data == "f16" {
-            Weight { data: WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()), ..w }
+            Weight {
+                data: WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()),
+                ..w
+            }
         } else {
             w
         };
@@ -199,7 +223,13 @@ fn split_k_plans_sum_their_slices() {
             // Two products in one call: their scratch regions must not overlap.
             let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
             for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-                assert_product(&format!("{name} rows={rows} k/{splits}"), g.matrix(), e.matrix(), &x, &dense(w));
+                assert_product(
+                    &format!("{name} rows={rows} k/{splits}"),
+                    g.matrix(),
+                    e.matrix(),
+                    &x,
+                    &dense(w),
+                );
             }
         }
     }
@@ -209,7 +239,10 @@ fn split_k_plans_sum_their_slices() {
 fn f16_storage_is_within_1e3_relative() {
     let gpu = WgpuEngine::open(
         "vulkan",
-        WgpuConfig { f32_weights_as: Precision::F16, ..WgpuConfig::default() },
+        WgpuConfig {
+            f32_weights_as: Precision::F16,
+            ..WgpuConfig::default()
+        },
     )
     .unwrap();
     let cpu = CpuEngine::new();
@@ -217,9 +250,15 @@ fn f16_storage_is_within_1e3_relative() {
     for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
         let w = weight(d_in, d_out, layout, 21);
         let name = id(&format!("f16.{layout:?}"));
-        assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::F16);
+        assert_eq!(
+            gpu.register(name.clone(), w.clone()).unwrap().storage,
+            Precision::F16
+        );
         // The same weight rounded to f16 on the CPU: equal within f32 accumulation error.
-        let rounded = Weight { data: WeightData::F32(w.data.rounded_to(Precision::F16)), ..w.clone() };
+        let rounded = Weight {
+            data: WeightData::F32(w.data.rounded_to(Precision::F16)),
+            ..w.clone()
+        };
         cpu.register(name.clone(), rounded.clone()).unwrap();
         let x = random(3, d_in, 22);
         let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
@@ -240,9 +279,17 @@ fn bf16_checkpoints_are_widened_exactly() {
     let (d_in, d_out) = (77, 45);
     let src = random(d_in * d_out, 1, 31).into_vec();
     let data: Arc<[bf16]> = src.iter().map(|&v| bf16::from_f32(v)).collect();
-    let w = Weight { d_in, d_out, layout: WeightLayout::OutIn, data: WeightData::Bf16(data) };
+    let w = Weight {
+        d_in,
+        d_out,
+        layout: WeightLayout::OutIn,
+        data: WeightData::Bf16(data),
+    };
     let name = id("bf16.checkpoint");
-    assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::Bf16);
+    assert_eq!(
+        gpu.register(name.clone(), w.clone()).unwrap().storage,
+        Precision::Bf16
+    );
     cpu.register(name.clone(), w.clone()).unwrap();
     let x = random(5, d_in, 32);
     let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
@@ -257,11 +304,31 @@ fn dynamic_products_equal_cpu() {
     for (i, &(m, k, n)) in [(1, 1, 1), (3, 65, 17), (40, 33, 129)].iter().enumerate() {
         let a = random(m, k, 40 + i as u64);
         for transpose_b in [false, true] {
-            let b = if transpose_b { random(n, k, 50 + i as u64) } else { random(k, n, 60 + i as u64) };
-            let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap().into_matrix();
-            let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap().into_matrix();
-            let dense_b = if transpose_b { b.transpose() } else { b.clone() };
-            assert_product(&format!("dynamic {m}x{k}x{n} t={transpose_b}"), &got, &want, &a, &dense_b);
+            let b = if transpose_b {
+                random(n, k, 50 + i as u64)
+            } else {
+                random(k, n, 60 + i as u64)
+            };
+            let got = gpu
+                .matmul_dynamic(&plain(&a), &plain(&b), transpose_b)
+                .unwrap()
+                .into_matrix();
+            let want = cpu
+                .matmul_dynamic(&plain(&a), &plain(&b), transpose_b)
+                .unwrap()
+                .into_matrix();
+            let dense_b = if transpose_b {
+                b.transpose()
+            } else {
+                b.clone()
+            };
+            assert_product(
+                &format!("dynamic {m}x{k}x{n} t={transpose_b}"),
+                &got,
+                &want,
+                &a,
+                &dense_b,
+            );
         }
     }
 }
@@ -272,23 +339,44 @@ fn batched_dynamic_products_equal_single_ones() {
     let cpu = CpuEngine::new();
     for transpose_b in [false, true] {
         // Equal shapes (one batched dispatch) and mixed shapes (one dispatch each).
-        for shapes in [vec![(9, 24, 13); 5], vec![(9, 24, 13), (1, 5, 70), (33, 64, 2)]] {
+        for shapes in [
+            vec![(9, 24, 13); 5],
+            vec![(9, 24, 13), (1, 5, 70), (33, 64, 2)],
+        ] {
             let mats: Vec<(Matrix, Matrix)> = shapes
                 .iter()
                 .enumerate()
                 .map(|(i, &(m, k, n))| {
-                    let b = if transpose_b { random(n, k, 80 + i as u64) } else { random(k, n, 90 + i as u64) };
+                    let b = if transpose_b {
+                        random(n, k, 80 + i as u64)
+                    } else {
+                        random(k, n, 90 + i as u64)
+                    };
                     (random(m, k, 70 + i as u64), b)
                 })
                 .collect();
-            let masked: Vec<(Masked, Masked)> = mats.iter().map(|(a, b)| (plain(a), plain(b))).collect();
+            let masked: Vec<(Masked, Masked)> =
+                mats.iter().map(|(a, b)| (plain(a), plain(b))).collect();
             let pairs: Vec<(&Masked, &Masked)> = masked.iter().map(|(a, b)| (a, b)).collect();
             let got = gpu.matmul_dynamic_batched(&pairs, transpose_b).unwrap();
             assert_eq!(got.len(), pairs.len());
             for (i, (g, (a, b))) in got.iter().zip(&mats).enumerate() {
-                let want = cpu.matmul_dynamic(&plain(a), &plain(b), transpose_b).unwrap().into_matrix();
-                let dense_b = if transpose_b { b.transpose() } else { b.clone() };
-                assert_product(&format!("pair {i} t={transpose_b}"), g.matrix(), &want, a, &dense_b);
+                let want = cpu
+                    .matmul_dynamic(&plain(a), &plain(b), transpose_b)
+                    .unwrap()
+                    .into_matrix();
+                let dense_b = if transpose_b {
+                    b.transpose()
+                } else {
+                    b.clone()
+                };
+                assert_product(
+                    &format!("pair {i} t={transpose_b}"),
+                    g.matrix(),
+                    &want,
+                    a,
+                    &dense_b,
+                );
             }
         }
     }
@@ -302,7 +390,9 @@ fn softmax_rows_equals_cpu_including_masked_entries() {
     for (rows, cols) in [(1, 1), (3, 7), (50, 300), (2, 1000)] {
         let mut x = random(rows, cols, (rows * cols) as u64);
         for r in 0..rows {
-            x.as_mut_slice()[r * cols..(r + 1) * cols].iter_mut().for_each(|v| *v *= 8.0);
+            x.as_mut_slice()[r * cols..(r + 1) * cols]
+                .iter_mut()
+                .for_each(|v| *v *= 8.0);
         }
         if cols > 2 {
             x.set(0, 1, f32::NEG_INFINITY);
@@ -311,7 +401,10 @@ fn softmax_rows_equals_cpu_including_masked_entries() {
         let want = cpu.softmax_rows(&plain(&x), 0.125).unwrap().into_matrix();
         assert_eq!(got.shape(), want.shape());
         for (g, e) in got.as_slice().iter().zip(want.as_slice()) {
-            assert!((g - e).abs() <= 1e-6 + 1e-5 * e.abs(), "softmax {rows}x{cols}: {g} vs {e}");
+            assert!(
+                (g - e).abs() <= 1e-6 + 1e-5 * e.abs(),
+                "softmax {rows}x{cols}: {g} vs {e}"
+            );
         }
         for r in 0..rows {
             let s: f32 = got.row(r).iter().sum();
@@ -319,7 +412,19 @@ fn softmax_rows_equals_cpu_including_masked_entries() {
         }
     }
     // A fully masked row gives zeros, as on the CPU.
-    let x = Matrix::from_vec(2, 3, vec![f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, 2.0, 3.0]).unwrap();
+    let x = Matrix::from_vec(
+        2,
+        3,
+        vec![
+            f32::NEG_INFINITY,
+            f32::NEG_INFINITY,
+            f32::NEG_INFINITY,
+            1.0,
+            2.0,
+            3.0,
+        ],
+    )
+    .unwrap();
     let got = gpu.softmax_rows(&plain(&x), 1.0).unwrap().into_matrix();
     assert_eq!(got.row(0), &[0.0, 0.0, 0.0]);
     let want = cpu.softmax_rows(&plain(&x), 1.0).unwrap().into_matrix();
@@ -334,26 +439,48 @@ fn bad_input_is_a_typed_error() {
     let w = weight(8, 4, WeightLayout::InOut, 1);
     let name = id("errors.w");
     gpu.register(name.clone(), w.clone()).unwrap();
-    assert_eq!(gpu.register(name.clone(), w.clone()), Err(EngineError::DuplicateWeight(name.clone())));
+    assert_eq!(
+        gpu.register(name.clone(), w.clone()),
+        Err(EngineError::DuplicateWeight(name.clone()))
+    );
     let short = Weight::f32(8, 4, WeightLayout::InOut, vec![0.0; 31]);
-    assert!(matches!(gpu.register(id("errors.short"), short), Err(EngineError::Shape { .. })));
+    assert!(matches!(
+        gpu.register(id("errors.short"), short),
+        Err(EngineError::Shape { .. })
+    ));
     assert!(matches!(
         gpu.matmul(&plain(&random(2, 7, 1)), &name),
         Err(EngineError::Shape { op: "matmul", .. })
     ));
-    assert_eq!(gpu.matmul(&plain(&Matrix::zeros(0, 8)), &name).err(), Some(EngineError::Empty("matmul")));
     assert_eq!(
-        gpu.matmul(&plain(&random(2, 8, 1)), &id("errors.nope")).err(),
+        gpu.matmul(&plain(&Matrix::zeros(0, 8)), &name).err(),
+        Some(EngineError::Empty("matmul"))
+    );
+    assert_eq!(
+        gpu.matmul(&plain(&random(2, 8, 1)), &id("errors.nope"))
+            .err(),
         Some(EngineError::UnknownWeight(id("errors.nope")))
     );
     assert!(matches!(
         gpu.matmul_dynamic(&plain(&random(2, 3, 1)), &plain(&random(4, 5, 2)), false),
-        Err(EngineError::Shape { op: "matmul_dynamic", .. })
+        Err(EngineError::Shape {
+            op: "matmul_dynamic",
+            ..
+        })
     ));
-    assert_eq!(gpu.softmax_rows(&plain(&Matrix::zeros(3, 0)), 1.0).err(), Some(EngineError::Empty("softmax_rows")));
+    assert_eq!(
+        gpu.softmax_rows(&plain(&Matrix::zeros(3, 0)), 1.0).err(),
+        Some(EngineError::Empty("softmax_rows"))
+    );
     gpu.unregister(&name).unwrap();
-    assert_eq!(gpu.unregister(&name), Err(EngineError::UnknownWeight(name.clone())));
-    assert_eq!(gpu.matmul(&plain(&random(2, 8, 1)), &name).err(), Some(EngineError::UnknownWeight(name.clone())));
+    assert_eq!(
+        gpu.unregister(&name),
+        Err(EngineError::UnknownWeight(name.clone()))
+    );
+    assert_eq!(
+        gpu.matmul(&plain(&random(2, 8, 1)), &name).err(),
+        Some(EngineError::UnknownWeight(name.clone()))
+    );
     // The id is free again, and the engine still works.
     gpu.register(name.clone(), w).unwrap();
     gpu.matmul(&plain(&random(2, 8, 1)), &name).unwrap();
@@ -365,29 +492,50 @@ fn engine_specs_select_or_explain() {
     assert_eq!(open_engine("vulkan").unwrap().info().kind, "vulkan");
     assert_eq!(open_engine("vulkan:0").unwrap().info().kind, "vulkan");
     let name = shared().info().device;
-    let by_name = open_engine(&format!("vulkan:{}", &name[..name.len().min(6)].to_lowercase())).unwrap();
+    let by_name = open_engine(&format!(
+        "vulkan:{}",
+        &name[..name.len().min(6)].to_lowercase()
+    ))
+    .unwrap();
     assert_eq!(by_name.info().device, name);
     // A miss lists the adapters that do exist.
     match open_engine("vulkan:no-such-gpu") {
         Err(EngineError::NoAdapter(msg)) => assert!(msg.contains(&name), "{msg}"),
         other => panic!("expected NoAdapter, got {:?}", other.map(|e| e.info())),
     }
-    assert!(matches!(open_engine("vulkan:99"), Err(EngineError::NoAdapter(_))));
-    assert!(matches!(open_engine("cuda"), Err(EngineError::NoAdapter(_))));
+    assert!(matches!(
+        open_engine("vulkan:99"),
+        Err(EngineError::NoAdapter(_))
+    ));
+    assert!(matches!(
+        open_engine("cuda"),
+        Err(EngineError::NoAdapter(_))
+    ));
     assert!(!kernels_wgpu::adapters().is_empty());
 }
 
 #[test]
 fn out_of_budget_weights_are_refused_with_a_typed_error() {
-    let gpu = WgpuEngine::open("vulkan", WgpuConfig { memory_budget: Some(64 << 10), ..WgpuConfig::default() }).unwrap();
-    gpu.register(id("budget.a"), weight(64, 128, WeightLayout::OutIn, 1)).unwrap(); // 32 KiB
+    let gpu = WgpuEngine::open(
+        "vulkan",
+        WgpuConfig {
+            memory_budget: Some(64 << 10),
+            ..WgpuConfig::default()
+        },
+    )
+    .unwrap();
+    gpu.register(id("budget.a"), weight(64, 128, WeightLayout::OutIn, 1))
+        .unwrap(); // 32 KiB
     assert_eq!(gpu.resident_bytes(), 32 << 10);
-    let err = gpu.register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2)).unwrap_err();
+    let err = gpu
+        .register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2))
+        .unwrap_err();
     assert!(matches!(err, EngineError::OutOfMemory(_)), "{err:?}");
     // Freeing makes room.
     gpu.unregister(&id("budget.a")).unwrap();
     assert_eq!(gpu.resident_bytes(), 0);
-    gpu.register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2)).unwrap();
+    gpu.register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2))
+        .unwrap();
 }
 
 #[test]
@@ -399,9 +547,18 @@ fn a_lost_device_keeps_reporting_device_lost() {
     gpu.matmul(&plain(&x), &id("lost.w")).unwrap();
     gpu.lose_device();
     for _ in 0..2 {
-        assert!(matches!(gpu.matmul(&plain(&x), &id("lost.w")), Err(EngineError::DeviceLost(_))));
-        assert!(matches!(gpu.register(id("lost.v"), w.clone()), Err(EngineError::DeviceLost(_))));
-        assert!(matches!(gpu.softmax_rows(&plain(&x), 1.0), Err(EngineError::DeviceLost(_))));
+        assert!(matches!(
+            gpu.matmul(&plain(&x), &id("lost.w")),
+            Err(EngineError::DeviceLost(_))
+        ));
+        assert!(matches!(
+            gpu.register(id("lost.v"), w.clone()),
+            Err(EngineError::DeviceLost(_))
+        ));
+        assert!(matches!(
+            gpu.softmax_rows(&plain(&x), 1.0),
+            Err(EngineError::DeviceLost(_))
+        ));
         assert!(matches!(
             gpu.matmul_dynamic(&plain(&x), &plain(&x), true),
             Err(EngineError::DeviceLost(_))
@@ -426,8 +583,14 @@ fn concurrent_callers_each_get_their_own_product() {
                 for i in 0..8u64 {
                     let rows = 1 + ((t * 8 + i) % 13) as usize;
                     let x = random(rows, 48, 1000 + t * 100 + i);
-                    let got = gpu.matmul(&plain(&x), &id("threads.w")).unwrap().into_matrix();
-                    let want = cpu.matmul(&plain(&x), &id("threads.w")).unwrap().into_matrix();
+                    let got = gpu
+                        .matmul(&plain(&x), &id("threads.w"))
+                        .unwrap()
+                        .into_matrix();
+                    let want = cpu
+                        .matmul(&plain(&x), &id("threads.w"))
+                        .unwrap()
+                        .into_matrix();
                     assert_product(&format!("thread {t} call {i}"), &got, &want, &x, dense_w);
                 }
             });
@@ -437,7 +600,14 @@ fn concurrent_callers_each_get_their_own_product() {
 
 #[test]
 fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
-    let gpu = WgpuEngine::open("vulkan", WgpuConfig { autotune: Some(true), ..WgpuConfig::default() }).unwrap();
+    let gpu = WgpuEngine::open(
+        "vulkan",
+        WgpuConfig {
+            autotune: Some(true),
+            ..WgpuConfig::default()
+        },
+    )
+    .unwrap();
     let cpu = CpuEngine::new();
     let w = weight(40, 72, WeightLayout::OutIn, 3);
     gpu.register(id("tune.w"), w.clone()).unwrap();
@@ -453,8 +623,14 @@ fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
     assert_eq!(tuned.len(), 1, "{tuned:?}");
     assert_eq!((tuned[0].0, tuned[0].1, tuned[0].2), (8, 72, 40));
     let (a, b) = (random(6, 9, 1), random(11, 9, 2));
-    let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
-    let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
+    let got = gpu
+        .matmul_dynamic(&plain(&a), &plain(&b), true)
+        .unwrap()
+        .into_matrix();
+    let want = cpu
+        .matmul_dynamic(&plain(&a), &plain(&b), true)
+        .unwrap()
+        .into_matrix();
     assert_product("tuned dynamic", &got, &want, &a, &b.transpose());
     assert_eq!(gpu.tuned_plans().len(), 2);
 }

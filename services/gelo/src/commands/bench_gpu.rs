@@ -17,19 +17,13 @@
 //! `scripts/gpu/torch_peer.py` measures the same cells through PyTorch on the same GPU;
 //! `scripts/gpu/report.py` joins both JSON files into the tables of `docs/BENCHMARKS.md`.
 
-use std::{
-    fs::File,
-    io::Write,
-    path::PathBuf,
-    sync::Arc,
-    time::Instant,
-};
+use std::{fs::File, io::Write, path::PathBuf, sync::Arc, time::Instant};
 
 use anyhow::{Context, Result};
-use kernels::{danger, Engine, Matrix, Precision, Weight, WeightData, WeightId, WeightLayout};
+use kernels::{Engine, Matrix, Precision, Weight, WeightData, WeightId, WeightLayout, danger};
 use kernels_wgpu::{CallStats, Plan, WgpuConfig, WgpuEngine};
 use protocol::{MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::bench;
 
@@ -42,7 +36,11 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "gemm,roundtrip,blocks")]
     sections: Vec<String>,
     /// Models whose layer shapes are measured: qwen3-0.6b, bert-base, qwen3-1.7b.
-    #[arg(long, value_delimiter = ',', default_value = "qwen3-0.6b,bert-base,qwen3-1.7b")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "qwen3-0.6b,bert-base,qwen3-1.7b"
+    )]
     models: Vec<String>,
     /// Rows of the GEMM operand.
     #[arg(long, value_delimiter = ',', default_value = "16,128,512,2056")]
@@ -65,6 +63,10 @@ pub struct Args {
     /// Write every measurement here as one JSON object per line.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Keep the GPU busy this long before each section, so that it is measured at its
+    /// working clocks rather than ramping up from idle (skipped on software adapters).
+    #[arg(long, default_value_t = 2000)]
+    warmup_ms: u64,
     /// Let the engine use the matrix units (cooperative matrices, f16 operands) where the
     /// device has them.
     #[arg(long)]
@@ -94,9 +96,13 @@ fn linears(model: &str) -> Result<Vec<(&'static str, usize, usize)>> {
 
 fn random_matrix(rows: usize, cols: usize, seed: u64) -> Matrix {
     // A cheap LCG: the values only need to be varied and of unit scale.
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     Matrix::from_fn(rows, cols, |_, _| {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     })
 }
@@ -105,12 +111,25 @@ fn weight(k: usize, n: usize, storage: &str, seed: u64) -> Result<Weight> {
     let data = random_matrix(n, k, seed).into_vec();
     let data = match storage {
         "f32" => WeightData::F32(data.into()),
-        "f16" => WeightData::F16(data.iter().map(|&v| half::f16::from_f32(v * 0.05)).collect()),
-        "bf16" => WeightData::Bf16(data.iter().map(|&v| half::bf16::from_f32(v * 0.05)).collect()),
+        "f16" => WeightData::F16(
+            data.iter()
+                .map(|&v| half::f16::from_f32(v * 0.05))
+                .collect(),
+        ),
+        "bf16" => WeightData::Bf16(
+            data.iter()
+                .map(|&v| half::bf16::from_f32(v * 0.05))
+                .collect(),
+        ),
         other => anyhow::bail!("unknown weight storage {other}"),
     };
     // PyTorch / GGUF order, as checkpoints arrive.
-    Ok(Weight { d_in: k, d_out: n, layout: WeightLayout::OutIn, data })
+    Ok(Weight {
+        d_in: k,
+        d_out: n,
+        layout: WeightLayout::OutIn,
+        data,
+    })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -150,7 +169,11 @@ struct Timing {
 }
 
 /// Times `call` `reps` times after one warm-up.
-fn time_calls(engine: &WgpuEngine, reps: usize, mut call: impl FnMut() -> Result<()>) -> Result<Timing> {
+fn time_calls(
+    engine: &WgpuEngine,
+    reps: usize,
+    mut call: impl FnMut() -> Result<()>,
+) -> Result<Timing> {
     call()?;
     let (mut gpu, mut wall) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     let start = engine.stats();
@@ -184,25 +207,41 @@ fn time_calls(engine: &WgpuEngine, reps: usize, mut call: impl FnMut() -> Result
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let cfg = WgpuConfig { tensor_cores: a.tensor_cores, ..WgpuConfig::default() };
+    let cfg = WgpuConfig {
+        tensor_cores: a.tensor_cores,
+        ..WgpuConfig::default()
+    };
     let engine = Arc::new(WgpuEngine::open(&a.engine, cfg)?);
     let info = engine.info();
-    let host_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let host_threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     println!(
         "engine: {} | driver {} | memory {} MiB | GPU timestamps: {} | host threads: {host_threads}",
         info.device,
         info.driver,
-        info.memory_bytes.map_or("?".into(), |b| (b >> 20).to_string()),
+        info.memory_bytes
+            .map_or("?".into(), |b| (b >> 20).to_string()),
         engine.has_gpu_timestamps()
     );
-    let mut out = Out { json: a.json.as_ref().map(File::create).transpose().context("--json")? };
+    let mut out = Out {
+        json: a
+            .json
+            .as_ref()
+            .map(File::create)
+            .transpose()
+            .context("--json")?,
+    };
     out.record(json!({"section": "engine", "device": info.device, "driver": info.driver,
         "memory_bytes": info.memory_bytes, "timestamps": engine.has_gpu_timestamps(), "host_threads": host_threads,
         "operand_precision": format!("{:?}", info.operand_precision)}))?;
     if a.tensor_cores && info.operand_precision != Precision::F16 {
-        println!("tensor cores: not available on this adapter (no usable cooperative matrices); FMA kernels only");
+        println!(
+            "tensor cores: not available on this adapter (no usable cooperative matrices); FMA kernels only"
+        );
     }
     for section in &a.sections {
+        warm_up(&engine, a.warmup_ms)?;
         let t = Instant::now();
         match section.as_str() {
             "gemm" => gemm(&engine, &a, &mut out, false)?,
@@ -216,10 +255,32 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+/// Sustained GEMMs for `ms` milliseconds: an idle GPU sits at low clocks, and the engine's
+/// calls, separated by host work, do not by themselves keep it boosted.
+fn warm_up(engine: &WgpuEngine, ms: u64) -> Result<()> {
+    if ms == 0 || engine.adapter().device_type == kernels_wgpu::DeviceType::Cpu {
+        return Ok(());
+    }
+    let id = WeightId::new("bench.warmup");
+    engine.register(id.clone(), weight(2048, 2048, "f32", 1)?)?;
+    let x = danger::expose_plaintext(random_matrix(2048, 2048, 2));
+    let t = Instant::now();
+    while t.elapsed().as_millis() < u128::from(ms) {
+        engine.matmul(&x, &id)?;
+    }
+    engine.unregister(&id)?;
+    Ok(())
+}
+
 fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()> {
-    println!("\n### Engine GEMM{}: `x (m×k) · W (k×n)`, W resident (OutIn), x uploaded per call\n", if sweep { ", every tile" } else { "" });
+    println!(
+        "\n### Engine GEMM{}: `x (m×k) · W (k×n)`, W resident (OutIn), x uploaded per call\n",
+        if sweep { ", every tile" } else { "" }
+    );
     println!("Every cell is checked: `rel err` compares the first rows with the CPU engine.\n");
-    println!("| model | linear | k×n | m | weights | plan | GPU µs | TFLOP/s (GPU) | call µs | TFLOP/s (call) | rel err |");
+    println!(
+        "| model | linear | k×n | m | weights | plan | GPU µs | TFLOP/s (GPU) | call µs | TFLOP/s (call) | rel err |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut worst = 0.0f64;
     for model in &a.models {
@@ -240,7 +301,12 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
                             v.push(Some(Plan::new(t)));
                             if m <= 512 {
                                 let most = if t.bm <= 32 { 8 } else { 4 };
-                                v.extend([2, 4, 8].into_iter().filter(|&s| s <= most).map(|splits| Some(Plan { tile: t, splits })));
+                                v.extend(
+                                    [2, 4, 8]
+                                        .into_iter()
+                                        .filter(|&s| s <= most)
+                                        .map(|splits| Some(Plan { tile: t, splits })),
+                                );
                             }
                         }
                         v
@@ -253,11 +319,18 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
                             engine.matmul(&x, &id)?;
                             Ok(())
                         })?;
-                        let prec = if storage == "f16" { Precision::F16 } else { Precision::F32 };
+                        let prec = if storage == "f16" {
+                            Precision::F16
+                        } else {
+                            Precision::F32
+                        };
                         let plan = pinned
                             .or_else(|| engine.tuned_plan(m, k, n, WeightLayout::OutIn, prec))
                             .unwrap_or_else(|| Plan::new(engine.model_tile(m, n, 1)));
-                        let got = engine.matmul(&x, &id)?.into_matrix().slice_rows(0, head.rows());
+                        let got = engine
+                            .matmul(&x, &id)?
+                            .into_matrix()
+                            .slice_rows(0, head.rows());
                         let err = got.rel_err(&reference);
                         worst = worst.max(err);
                         let (g, w) = (tm.gpu, tm.wall);
@@ -284,14 +357,23 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
     }
     // f32 products of length ≤ 6144 agree with the CPU far below 1e-4, f16 operands (tensor
     // cores) near 1e-3; anything above is a wrong kernel, not rounding.
-    let bound = if engine.info().operand_precision == Precision::F16 { 1e-2 } else { 1e-4 };
-    anyhow::ensure!(worst < bound, "engine products differ from the CPU engine: worst relative error {worst:e}");
+    let bound = if engine.info().operand_precision == Precision::F16 {
+        1e-2
+    } else {
+        1e-4
+    };
+    anyhow::ensure!(
+        worst < bound,
+        "engine products differ from the CPU engine: worst relative error {worst:e}"
+    );
     Ok(())
 }
 
 fn roundtrip(engine: &Arc<WgpuEngine>, a: &Args, out: &mut Out) -> Result<()> {
     let (k, n) = (2048, 4096);
-    println!("\n### Decode-shape round trip: upload x (m×{k}) + product with resident W ({k}×{n}) + read back\n");
+    println!(
+        "\n### Decode-shape round trip: upload x (m×{k}) + product with resident W ({k}×{n}) + read back\n"
+    );
     println!("| m | weights | threads | median µs | p10 µs | p90 µs | GPU µs | calls/s |");
     println!("|---|---|---|---|---|---|---|---|");
     for storage in ["f32", "f16"] {
@@ -314,7 +396,11 @@ fn roundtrip(engine: &Arc<WgpuEngine>, a: &Args, out: &mut Out) -> Result<()> {
             let st = engine.stats();
             let gpu = gpu_per_call(&st);
             let total: f64 = lat.iter().sum();
-            let (med, p10, p90) = (median(&mut lat), percentile(&mut lat, 0.1), percentile(&mut lat, 0.9));
+            let (med, p10, p90) = (
+                median(&mut lat),
+                percentile(&mut lat, 0.1),
+                percentile(&mut lat, 0.9),
+            );
             println!(
                 "| {m} | {storage} | 1 | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
                 med * 1e6,
@@ -345,13 +431,19 @@ fn roundtrip(engine: &Arc<WgpuEngine>, a: &Args, out: &mut Out) -> Result<()> {
                         })
                     })
                     .collect();
-                hs.into_iter().map(|h| h.join().expect("bench thread panicked")).collect::<Result<Vec<_>>>()
+                hs.into_iter()
+                    .map(|h| h.join().expect("bench thread panicked"))
+                    .collect::<Result<Vec<_>>>()
             })?;
             let elapsed = t.elapsed().as_secs_f64();
             let mut all: Vec<f64> = lats.into_iter().flatten().collect();
             let st = engine.stats();
             let calls = all.len() as f64;
-            let (med, p10, p90) = (median(&mut all), percentile(&mut all, 0.1), percentile(&mut all, 0.9));
+            let (med, p10, p90) = (
+                median(&mut all),
+                percentile(&mut all, 0.1),
+                percentile(&mut all, 0.9),
+            );
             println!(
                 "| {m} | {storage} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
                 a.threads,
@@ -377,9 +469,15 @@ fn gpu_per_call(st: &CallStats) -> f64 {
 }
 
 fn blocks(a: &Args, out: &mut Out) -> Result<()> {
-    println!("\n### Block linears plain vs masked (GELO, Auto mask, k = 8 shield rows), Vulkan engine\n");
-    println!("Per block (QKV, O, gate+up, down); masked time split into engine calls (upload, kernels, read-back) and TEE CPU work (mask, shield, recover).\n");
-    println!("| model | n | plain ms | masked ms | ratio | engine ms | of which GPU kernels ms | TEE CPU ms |");
+    println!(
+        "\n### Block linears plain vs masked (GELO, Auto mask, k = 8 shield rows), Vulkan engine\n"
+    );
+    println!(
+        "Per block (QKV, O, gate+up, down); masked time split into engine calls (upload, kernels, read-back) and TEE CPU work (mask, shield, recover).\n"
+    );
+    println!(
+        "| model | n | plain ms | masked ms | ratio | engine ms | of which GPU kernels ms | TEE CPU ms |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     let reps = 5;
     for model in &a.models {
@@ -390,7 +488,10 @@ fn blocks(a: &Args, out: &mut Out) -> Result<()> {
         let plain = PlaintextExecutor::new(plain_engine.clone() as Arc<dyn Engine>);
         let masked = MaskedExecutor::new(
             masked_engine.clone() as Arc<dyn Engine>,
-            MaskedConfig { mask: MaskKind::Auto, ..Default::default() },
+            MaskedConfig {
+                mask: MaskKind::Auto,
+                ..Default::default()
+            },
         )?;
         let plain_ids = bench::provision(&plain, &shape)?;
         let masked_ids = bench::provision(&masked, &shape)?;
