@@ -11,6 +11,7 @@ pub mod cpu;
 pub mod engine;
 mod matrix;
 pub mod simd;
+pub mod timing;
 
 pub use boundary::{danger, Masked};
 pub use cpu::CpuEngine;

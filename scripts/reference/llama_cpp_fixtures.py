@@ -21,6 +21,13 @@ llama.cpp's raw logits (lowest id on exact ties), so no penalty or sampler setti
 creep in. Generation does not stop at EOS: all 64 tokens are recorded and `eos_index` marks
 the first end-of-generation token, if any.
 
+With `--f32`, each model is first re-encoded as an all-F32 GGUF (llama.cpp's own
+quantizer with ftype ALL_F32: an exact dequantization of the same weights) and only the
+greedy continuations are recorded, into <model>/generation_f32.json. On quantized files
+llama.cpp also quantizes activations to 8 bits inside its matmuls; on F32 weights it
+computes in f32 like GELO, so these fixtures separate implementation differences from
+llama.cpp's activation quantization.
+
 Usage: see scripts/reference/README.md (needs llama-cpp-python==0.3.36 in a venv).
 Models are read from ${GELO_CACHE:-~/.cache/gelo}/models (scripts/fetch-models.sh).
 """
@@ -132,6 +139,48 @@ def top_k(logits: np.ndarray, k: int) -> list:
     return [[int(i), float(logits[i])] for i in order]
 
 
+def to_f32(path: Path) -> Path:
+    """The same weights, exactly dequantized to F32 by llama.cpp's quantizer."""
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / (path.stem + ".f32.gguf")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_ALL_F32
+    params.allow_requantize = True
+    params.nthread = N_THREADS
+    rc = llama_cpp.llama_model_quantize(str(path).encode(), str(out).encode(), params)
+    if rc != 0:
+        sys.exit(f"requantizing {path} to F32 failed ({rc})")
+    return out
+
+
+def run_f32(key: str, file: str) -> None:
+    path = to_f32(MODELS / file)
+    llm = Llama(model_path=str(path), n_ctx=N_CTX, n_batch=N_CTX, n_threads=N_THREADS,
+                n_threads_batch=N_THREADS, seed=SEED, logits_all=True, verbose=False)
+    add_bos = metadata_bool(llm, "tokenizer.ggml.add_bos_token", False)
+    prompts = []
+    for pid, text in PROMPTS:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+        llm.reset()
+        llm.eval(ids)
+        logits = np.array(llm.scores[len(ids) - 1], dtype=np.float32)
+        first_top = top_k(logits, N_TOP)
+        generated, gaps = [], []
+        for step in range(N_GREEDY):
+            best = int(np.argmax(logits))
+            top2 = np.partition(logits, -2)[-2:]
+            gaps.append(float(top2[1] - top2[0]))
+            generated.append(best)
+            if step + 1 < N_GREEDY:
+                llm.eval([best])
+                logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        prompts.append({"id": pid, "prompt_ids": ids, "first_top": first_top, "greedy_ids": generated, "top2_gap": gaps})
+        print(f"  {key}/{pid} (f32): {llm.detokenize(generated, special=True)[:60]!r}")
+    out = {"model_file": file, "weights": "all F32 (exact dequantization by llama_model_quantize)",
+           "greedy_steps": N_GREEDY, "prompts": prompts}
+    (OUT / key / "generation_f32.json").write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n")
+    path.unlink()
+
+
 def run_model(key: str, file: str) -> dict:
     path = MODELS / file
     if not path.is_file():
@@ -232,6 +281,10 @@ def ggml_version() -> str:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    if "--f32" in sys.argv[1:]:
+        for key, file in MODEL_FILES.items():
+            run_f32(key, file)
+        return
     models = {key: run_model(key, file) for key, file in MODEL_FILES.items()}
     manifest = {
         "generator": "scripts/reference/llama_cpp_fixtures.py",

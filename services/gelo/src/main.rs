@@ -7,6 +7,9 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "gelo", version, about = "Confidential RAG on untrusted GPUs")]
 struct Cli {
+    /// YAML/JSON file of flag values (flags and GELO_* variables override it).
+    #[arg(long, global = true, env = "GELO_CONFIG")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -17,6 +20,12 @@ enum Command {
     Attest(commands::attest::Args),
     /// Measure the protocol: masked/plain ratio of transformer-block linears.
     Bench(commands::bench::Args),
+    /// Serve an embedding model over gRPC (RA-TLS, masked).
+    Embedder(commands::serve::ServiceArgs),
+    /// Serve a reranking model over gRPC (RA-TLS, masked).
+    Reranker(commands::serve::ServiceArgs),
+    /// Serve a generation model over gRPC (RA-TLS, masked, streaming).
+    Generator(commands::serve::ServiceArgs),
     /// Embed texts (one JSON array per text).
     Embed(commands::models::EmbedArgs),
     /// Generate text with a decoder LLM.
@@ -36,9 +45,13 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    commands::config::load_config_file()?;
     match Cli::parse().command {
         Command::Attest(args) => commands::attest::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Embedder(args) => commands::serve::run(commands::serve::Role::Embedder, args),
+        Command::Reranker(args) => commands::serve::run(commands::serve::Role::Reranker, args),
+        Command::Generator(args) => commands::serve::run(commands::serve::Role::Generator, args),
         Command::Embed(args) => commands::models::embed(args),
         Command::Generate(args) => commands::models::generate(args),
         Command::Eval(args) => commands::models::eval(args),

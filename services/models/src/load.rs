@@ -126,7 +126,7 @@ pub fn load_embedder(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -
             let bert = files.bert(exec)?;
             let (pooling, st_len) = files.sentence_transformers(bert.cfg.max_position_embeddings)?;
             let max_len = opts.max_seq_length.unwrap_or(st_len).min(bert.cfg.max_position_embeddings);
-            let tokenizer = files.tokenizer()?.with_max_length(max_len)?;
+            let tokenizer = files.tokenizer()?;
             Ok(Box::new(BertEmbedder { bert, tokenizer, pooling, max_len, identity: files.identity }))
         }
         Kind::Decoder(cfg) => {

@@ -17,14 +17,29 @@ pub trait Embedder: Send + Sync {
     fn dim(&self) -> usize;
     /// Longest input in tokens; longer inputs are truncated.
     fn max_tokens(&self) -> usize;
-    /// Tokens `text` becomes (after truncation).
+    /// Tokens `text` becomes before truncation (special tokens included).
     fn count_tokens(&self, text: &str) -> Result<usize>;
     fn identity(&self) -> ModelIdentity;
+    /// `text` as a query under `instruction`, for models trained with instructions.
+    fn with_instruction(&self, instruction: &str, text: &str) -> Result<String> {
+        let _ = (instruction, text);
+        Err(ModelError::InvalidRequest("this embedding model takes no instruction".into()))
+    }
 }
 
 /// Scores documents against a query (higher is more relevant), in document order.
 pub trait Reranker: Send + Sync {
-    fn score(&self, query: &str, documents: &[&str]) -> Result<Vec<f32>>;
+    /// Relevance of each (query, document) pair, all pairs in one forward pass (each with
+    /// its own mask): pairs of several requests can share a batch.
+    fn score_pairs(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>>;
+
+    fn score(&self, query: &str, documents: &[&str]) -> Result<Vec<f32>> {
+        let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, *d)).collect();
+        self.score_pairs(&pairs)
+    }
+
+    /// Tokens a (query, document) pair becomes before truncation.
+    fn count_tokens(&self, query: &str, document: &str) -> Result<usize>;
     fn max_tokens(&self) -> usize;
     fn identity(&self) -> ModelIdentity;
 }
@@ -47,7 +62,14 @@ pub struct BertEmbedder {
 
 impl BertEmbedder {
     fn encode(&self, text: &str) -> Result<Encoded> {
-        let ids = self.tokenizer.encode(text, true)?;
+        let mut ids = self.tokenizer.encode(text, true)?;
+        if ids.len() > self.max_len {
+            // What the tokenizer's own truncation does for one sequence: cut the text
+            // tokens, keep the closing [SEP].
+            let last = *ids.last().expect("non-empty");
+            ids.truncate(self.max_len - 1);
+            ids.push(last);
+        }
         Ok(Encoded { types: vec![0; ids.len()], ids })
     }
 }
@@ -106,11 +128,16 @@ pub struct DecoderEmbedder {
     pub identity: ModelIdentity,
 }
 
+/// Qwen3-Embedding's query format.
+pub fn instructed_query(instruction: &str, text: &str) -> String {
+    format!("Instruct: {instruction}\nQuery:{text}")
+}
+
 impl DecoderEmbedder {
     /// The text as the model sees it (Qwen3-Embedding's query format).
     pub fn format(&self, text: &str) -> String {
         match &self.instruction {
-            Some(i) => format!("Instruct: {i}\nQuery:{text}"),
+            Some(i) => instructed_query(i, text),
             None => text.to_string(),
         }
     }
@@ -156,11 +183,15 @@ impl Embedder for DecoderEmbedder {
     }
 
     fn count_tokens(&self, text: &str) -> Result<usize> {
-        Ok(self.tokens(text)?.len())
+        Ok(self.tokenizer.encode(&self.format(text), true)?.len())
     }
 
     fn identity(&self) -> ModelIdentity {
         self.identity
+    }
+
+    fn with_instruction(&self, instruction: &str, text: &str) -> Result<String> {
+        Ok(instructed_query(instruction, text))
     }
 }
 
@@ -173,14 +204,14 @@ pub struct CrossEncoder {
 }
 
 impl Reranker for CrossEncoder {
-    fn score(&self, query: &str, documents: &[&str]) -> Result<Vec<f32>> {
-        if documents.is_empty() {
+    fn score_pairs(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>> {
+        if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        let seqs = documents
+        let seqs = pairs
             .iter()
-            .map(|d| {
-                let (ids, types) = self.tokenizer.encode_pair(query, d)?;
+            .map(|(q, d)| {
+                let (ids, types) = self.tokenizer.encode_pair(q, d)?;
                 Ok(Encoded { ids, types })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -202,6 +233,10 @@ impl Reranker for CrossEncoder {
 
     fn max_tokens(&self) -> usize {
         self.max_len
+    }
+
+    fn count_tokens(&self, query: &str, document: &str) -> Result<usize> {
+        Ok(self.tokenizer.encode_pair(query, document)?.0.len())
     }
 
     fn identity(&self) -> ModelIdentity {
@@ -235,14 +270,14 @@ impl LlmReranker {
 }
 
 impl Reranker for LlmReranker {
-    fn score(&self, query: &str, documents: &[&str]) -> Result<Vec<f32>> {
-        if documents.is_empty() {
+    fn score_pairs(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>> {
+        if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        let toks = documents
+        let toks = pairs
             .iter()
-            .map(|d| {
-                let mut ids = self.tokenizer.encode(&self.prompt(query, d), false)?;
+            .map(|(q, d)| {
+                let mut ids = self.tokenizer.encode(&self.prompt(q, d), false)?;
                 if ids.len() > self.max_len {
                     // Cut the document's end, keep the closing of the prompt.
                     let tail = self.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", false)?;
@@ -270,6 +305,10 @@ impl Reranker for LlmReranker {
 
     fn max_tokens(&self) -> usize {
         self.max_len
+    }
+
+    fn count_tokens(&self, query: &str, document: &str) -> Result<usize> {
+        Ok(self.tokenizer.encode(&self.prompt(query, document), false)?.len())
     }
 
     fn identity(&self) -> ModelIdentity {

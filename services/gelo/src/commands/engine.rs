@@ -6,14 +6,29 @@ use anyhow::{Context, Result};
 use kernels::Engine;
 use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig, UVerifyConfig};
 
+/// Engine and protocol flags with an explicit `--masked` (tools default to the plaintext
+/// baseline so a plain/masked pair of runs is two commands).
 #[derive(clap::Args, Clone, Debug)]
 pub struct ExecArgs {
-    /// Untrusted engine: `cpu`, `vulkan`, `vulkan:N` (adapter index) or `vulkan:NAME`.
-    #[arg(long, env = "GELO_ENGINE", default_value = "cpu")]
-    pub engine: String,
+    #[command(flatten)]
+    pub protocol: ProtocolArgs,
     /// Run through the GELO mask (otherwise the plaintext baseline).
     #[arg(long)]
     pub masked: bool,
+}
+
+impl ExecArgs {
+    pub fn executor(&self) -> Result<Arc<dyn Executor>> {
+        self.protocol.executor(self.masked, self.protocol.engine()?)
+    }
+}
+
+/// The untrusted engine and the protocol settings.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ProtocolArgs {
+    /// Untrusted engine: `cpu`, `vulkan`, `vulkan:N` (adapter index) or `vulkan:NAME`.
+    #[arg(long, env = "GELO_ENGINE", default_value = "cpu")]
+    pub engine: String,
     /// Mask family: haar, hd3, hd3-blocked, auto.
     #[arg(long, env = "GELO_MASK", default_value = "auto")]
     pub mask: MaskKind,
@@ -28,7 +43,7 @@ pub struct ExecArgs {
     pub verify_probes: usize,
 }
 
-impl ExecArgs {
+impl ProtocolArgs {
     pub fn engine(&self) -> Result<Arc<dyn Engine>> {
         kernels_wgpu::open_engine(&self.engine).with_context(|| format!("opening engine `{}`", self.engine))
     }
@@ -46,11 +61,10 @@ impl ExecArgs {
         }
     }
 
-    /// The executor these flags describe.
-    pub fn executor(&self) -> Result<Arc<dyn Executor>> {
-        let engine = self.engine()?;
-        tracing::info!(engine = %engine.info().device, masked = self.masked, "engine ready");
-        Ok(if self.masked {
+    /// The executor these flags describe, on `engine`.
+    pub fn executor(&self, masked: bool, engine: Arc<dyn Engine>) -> Result<Arc<dyn Executor>> {
+        tracing::info!(engine = %engine.info().device, masked, "engine ready");
+        Ok(if masked {
             Arc::new(MaskedExecutor::new(engine, self.masked_config())?)
         } else {
             Arc::new(PlaintextExecutor::new(engine))

@@ -3,3 +3,5 @@ pub mod bench;
 pub mod bench_gpu;
 pub mod engine;
 pub mod models;
+pub mod config;
+pub mod serve;

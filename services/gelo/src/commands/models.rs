@@ -151,7 +151,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
             "corpus_seconds": s.corpus_seconds,
             "query_seconds": s.query_seconds,
             "masked": a.exec.masked,
-            "engine": a.exec.engine,
+            "engine": a.exec.protocol.engine,
         })
     );
     Ok(())

@@ -61,9 +61,16 @@ fn max_seq_length_is_honoured_not_the_tokenizer_files_128() {
     let path = model("all-minilm-l6-v2");
     let e = load_embedder(&path, plain(), &LoadOptions::default()).unwrap();
     let long = "word ".repeat(400);
-    assert_eq!(e.count_tokens(&long).unwrap(), 256);
+    assert_eq!(e.count_tokens(&long).unwrap(), 402, "400 words + [CLS] + [SEP] before truncation");
+    assert_eq!(e.max_tokens(), 256);
     let short = load_embedder(&path, plain(), &LoadOptions { max_seq_length: Some(64), ..Default::default() }).unwrap();
-    assert_eq!(short.count_tokens(&long).unwrap(), 64);
-    // Truncated inputs still embed.
-    assert_eq!(e.embed(&[long.as_str()]).unwrap()[0].len(), 384);
+    assert_eq!(short.max_tokens(), 64);
+    // Truncation keeps the first max_len − 1 tokens and the closing [SEP]: a text that
+    // differs only after token 254 embeds identically; one that differs before does not.
+    let a = format!("{}alpha", "word ".repeat(300));
+    let b = format!("{}omega", "word ".repeat(300));
+    let c = format!("alpha {}", "word ".repeat(300));
+    let v = e.embed(&[a.as_str(), b.as_str(), c.as_str()]).unwrap();
+    assert_eq!(v[0], v[1]);
+    assert_ne!(v[0], v[2]);
 }

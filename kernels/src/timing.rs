@@ -1,0 +1,99 @@
+//! An engine wrapper that accounts the time spent inside the engine, so a service can
+//! report engine time against TEE time.
+
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::Instant,
+};
+
+use crate::{Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
+
+/// Wraps an engine and sums the wall time of its calls.
+pub struct TimedEngine<E> {
+    inner: E,
+    nanos: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl<E: Engine> TimedEngine<E> {
+    pub fn new(inner: E) -> Self {
+        Self { inner, nanos: AtomicU64::new(0), calls: AtomicU64::new(0) }
+    }
+
+    /// Total seconds spent in engine calls so far.
+    pub fn seconds(&self) -> f64 {
+        self.nanos.load(Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        out
+    }
+}
+
+impl<E: Engine> Engine for TimedEngine<E> {
+    fn info(&self) -> EngineInfo {
+        self.inner.info()
+    }
+
+    fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
+        self.inner.register(id, weight)
+    }
+
+    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
+        self.inner.unregister(id)
+    }
+
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+        self.timed(|| self.inner.matmul_many(x, ids))
+    }
+
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+        self.timed(|| self.inner.matmul_dynamic(a, b, transpose_b))
+    }
+
+    fn matmul_dynamic_batched(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Vec<Masked>, EngineError> {
+        self.timed(|| self.inner.matmul_dynamic_batched(pairs, transpose_b))
+    }
+
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+        self.timed(|| self.inner.softmax_rows(x, scale))
+    }
+}
+
+impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
+    fn info(&self) -> EngineInfo {
+        (**self).info()
+    }
+
+    fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
+        (**self).register(id, weight)
+    }
+
+    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
+        (**self).unregister(id)
+    }
+
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+        (**self).matmul_many(x, ids)
+    }
+
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+        (**self).matmul_dynamic(a, b, transpose_b)
+    }
+
+    fn matmul_dynamic_batched(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Vec<Masked>, EngineError> {
+        (**self).matmul_dynamic_batched(pairs, transpose_b)
+    }
+
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+        (**self).softmax_rows(x, scale)
+    }
+}

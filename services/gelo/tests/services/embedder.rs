@@ -1,0 +1,58 @@
+use std::sync::Arc;
+
+use api::v1::{embedder_client::EmbedderClient, EmbedRequest};
+use kernels::CpuEngine;
+use models::{load_embedder, ops::cosine, LoadOptions};
+use protocol::{MaskedConfig, MaskedExecutor};
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedder_process_matches_in_process_and_serves_64_concurrent_clients() {
+    let path = model("all-minilm-l6-v2");
+    let p = Proc::start("embedder", &["embedder", "--model", path.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0"], &[]);
+    let ch = connect(&p, Some(identity(&path))).await;
+    // The freshness challenge: new nonce, same TLS key.
+    ch.challenge().await.expect("fresh evidence");
+    let mut client = EmbedderClient::new(ch.channel());
+    let texts: Vec<String> = (0..64).map(|i| format!("document number {i} is about topic {}", i % 7)).collect();
+
+    // In-process reference on its own masked executor.
+    let exec = Arc::new(MaskedExecutor::new(Arc::new(CpuEngine::new()), MaskedConfig::default()).unwrap());
+    let local = load_embedder(&path, exec, &LoadOptions::default()).unwrap();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let want = local.embed(&refs).unwrap();
+
+    let got = client.embed(EmbedRequest { texts: texts[..3].to_vec(), ..Default::default() }).await.unwrap().into_inner();
+    assert_eq!(got.embeddings.len(), 3);
+    assert_eq!(got.model, hex::encode(identity(&path)));
+    for (g, w) in got.embeddings.iter().zip(&want) {
+        assert!(cosine(&g.values, w) > 0.99999);
+    }
+
+    // 64 concurrent clients, one text each: every answer is its own text's embedding.
+    let mut tasks = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        let mut c = client.clone();
+        let t = t.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = c.embed(EmbedRequest { texts: vec![t], ..Default::default() }).await.unwrap().into_inner();
+            (i, r.embeddings[0].values.clone())
+        }));
+    }
+    let mut seen = Vec::new();
+    for t in tasks {
+        let (i, v) = t.await.unwrap();
+        assert!(cosine(&v, &want[i]) > 0.99999, "client {i} got someone else's embedding");
+        seen.push(v);
+    }
+    for i in 0..seen.len() {
+        for j in i + 1..seen.len() {
+            assert!(cosine(&seen[i], &seen[j]) < 0.9999, "clients {i} and {j} got the same vector");
+        }
+    }
+    // Requests were batched: fewer forward passes than requests.
+    let passes = p.metric("gelo_batch_items_count", "embedder").await;
+    assert!(passes >= 1.0 && passes < 65.0, "batches: {passes}");
+    assert!(p.metric("gelo_engine_seconds_total", "").await > 0.0);
+}

@@ -1,0 +1,64 @@
+use std::{sync::Arc, time::Instant};
+
+use api::v1::{generator_client::GeneratorClient, ChatMessage, FinishReason, GenerateRequest};
+use kernels::CpuEngine;
+use models::{load_generator, GenerateRequest as Req, LoadOptions, Prompt};
+use protocol::{MaskedConfig, MaskedExecutor};
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generator_process_streams_the_in_process_greedy_tokens() {
+    let path = model("smollm2-135m-instruct.gguf");
+    let p = Proc::start("generator", &["generator", "--model", path.to_str().unwrap()], &[]);
+    let mut client = GeneratorClient::new(connect(&p, Some(identity(&path))).await.channel());
+
+    let exec = Arc::new(MaskedExecutor::new(Arc::new(CpuEngine::new()), MaskedConfig::default()).unwrap());
+    let local = load_generator(&path, exec, &LoadOptions::default()).unwrap();
+
+    // Raw completion, long enough to watch it stream.
+    let prompt = "1, 2, 3, 4, 5, 6,";
+    let want = local.generate(&Req::greedy(Prompt::Raw(prompt.into()), 40), |_| true).unwrap();
+    let req = GenerateRequest { raw_prompt: prompt.into(), max_tokens: 40, ..Default::default() };
+    let t = Instant::now();
+    let mut stream = client.generate(req).await.unwrap().into_inner();
+    let (mut ids, mut text, mut arrivals, mut last) = (Vec::new(), String::new(), Vec::new(), None);
+    while let Some(msg) = stream.message().await.unwrap() {
+        arrivals.push(t.elapsed());
+        ids.extend(msg.token_ids.iter().copied());
+        text.push_str(&msg.text);
+        if msg.finish_reason != FinishReason::Unspecified as i32 {
+            last = Some(msg);
+        }
+    }
+    assert_eq!(ids, want.tokens, "served greedy tokens differ from in-process");
+    assert_eq!(text, want.text);
+    let last = last.expect("a final message with the finish reason");
+    let usage = last.usage.expect("usage on the final message");
+    assert_eq!(usage.completion_tokens as usize, want.tokens.len());
+    assert_eq!(usage.prompt_tokens as usize, want.prompt_tokens);
+    // Streaming, not buffering: the first chunk arrived well before the last token was
+    // computed (decoding 40 tokens takes far longer than delivering one message).
+    assert!(arrivals.len() >= 20, "{} messages", arrivals.len());
+    let spread = *arrivals.last().unwrap() - arrivals[0];
+    assert!(spread.as_millis() >= 100, "all chunks arrived within {spread:?}: buffered?");
+
+    // Chat with a stop string and a seed.
+    let chat = GenerateRequest {
+        messages: vec![ChatMessage { role: "user".into(), content: "Count from one to ten in words.".into() }],
+        max_tokens: 48,
+        stop: vec!["five".into()],
+        ..Default::default()
+    };
+    let mut s = client.generate(chat).await.unwrap().into_inner();
+    let mut out = String::new();
+    let mut finish = 0;
+    while let Some(m) = s.message().await.unwrap() {
+        out.push_str(&m.text);
+        if m.finish_reason != 0 {
+            finish = m.finish_reason;
+        }
+    }
+    assert!(!out.contains("five"), "stop string leaked into the answer");
+    assert!(finish == FinishReason::Stop as i32 || finish == FinishReason::Length as i32);
+}

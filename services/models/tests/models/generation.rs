@@ -1,0 +1,75 @@
+//! Generation: batched == single, seeded sampling reproduces, limits give clear errors,
+//! stop strings and streaming.
+
+use models::{load_generator, ChatMessage, FinishReason, GenerateRequest, ModelError, Prompt, SamplingParams};
+
+use crate::support::*;
+
+const SMOL: &str = "smollm2-135m-instruct.gguf";
+
+#[test]
+fn batched_decode_equals_single_runs() {
+    let g = load_generator(&model(SMOL), masked(), &Default::default()).unwrap();
+    let prompts = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,", "Once upon a time"];
+    let reqs: Vec<GenerateRequest> = prompts.iter().map(|p| GenerateRequest::greedy(Prompt::Raw(p.to_string()), 16)).collect();
+    let batched = g.generate_batch(&reqs).unwrap();
+    for (req, b) in reqs.iter().zip(&batched) {
+        let single = g.generate(req, |_| true).unwrap();
+        assert_eq!(single.tokens, b.tokens);
+        assert_eq!(single.text, b.text);
+    }
+}
+
+#[test]
+fn seeded_sampling_is_reproducible() {
+    let g = load_generator(&model(SMOL), plain(), &Default::default()).unwrap();
+    let req = |seed| GenerateRequest {
+        prompt: Prompt::Chat(vec![ChatMessage::new("user", "Write a word.")]),
+        max_tokens: 12,
+        sampling: SamplingParams { temperature: 1.2, top_k: 50, top_p: 0.95, seed, ..Default::default() },
+        stop: vec![],
+    };
+    let a = g.generate(&req(42), |_| true).unwrap();
+    let b = g.generate(&req(42), |_| true).unwrap();
+    assert_eq!(a.tokens, b.tokens);
+    let others: Vec<_> = (1..6).map(|s| g.generate(&req(s), |_| true).unwrap().tokens).collect();
+    assert!(others.iter().any(|t| t != &a.tokens), "different seeds never changed the sample");
+}
+
+#[test]
+fn too_long_a_context_is_a_clear_error() {
+    let g = load_generator(&model(SMOL), plain(), &models::LoadOptions { max_seq_length: Some(64), ..Default::default() }).unwrap();
+    let req = GenerateRequest::greedy(Prompt::Raw("word ".repeat(40)), 32);
+    match g.generate(&req, |_| true) {
+        Err(ModelError::ContextTooLong { tokens, limit }) => assert!(tokens > limit && limit == 64),
+        other => panic!("expected ContextTooLong, got {:?}", other.map(|c| c.tokens)),
+    }
+    let bad = GenerateRequest {
+        sampling: SamplingParams { temperature: -1.0, ..Default::default() },
+        ..GenerateRequest::greedy(Prompt::Raw("hi".into()), 4)
+    };
+    assert!(matches!(g.generate(&bad, |_| true), Err(ModelError::InvalidRequest(_))));
+    let role = GenerateRequest::greedy(Prompt::Chat(vec![ChatMessage::new("wizard", "hi")]), 4);
+    assert!(matches!(g.generate(&role, |_| true), Err(ModelError::InvalidRequest(_))));
+}
+
+#[test]
+fn stop_strings_end_generation_and_streaming_adds_up() {
+    let g = load_generator(&model(SMOL), plain(), &Default::default()).unwrap();
+    let base = GenerateRequest::greedy(Prompt::Raw("The capital of France is".into()), 32);
+    let full = g.generate(&base, |_| true).unwrap();
+    assert!(full.text.contains('\n'), "fixture assumption: the continuation has a newline: {:?}", full.text);
+    let stopped = g.generate(&GenerateRequest { stop: vec!["\n".into()], ..base.clone() }, |_| true).unwrap();
+    assert_eq!(stopped.finish, FinishReason::Stop);
+    assert_eq!(stopped.text, full.text[..full.text.find('\n').unwrap()]);
+    // Streamed chunks concatenate to the final text, and arrive one step at a time.
+    let mut streamed = String::new();
+    let mut chunks = 0;
+    let done = g.generate(&base, |c| {
+        streamed.push_str(&c.text);
+        chunks += 1;
+        true
+    }).unwrap();
+    assert_eq!(streamed, done.text);
+    assert_eq!(chunks, done.tokens.len() + usize::from(done.finish == FinishReason::Stop));
+}

@@ -1,0 +1,140 @@
+//! `gelo.v1.Embedder`: dynamic batching across requests, one masked forward pass per batch.
+
+use std::{sync::Arc, time::Instant};
+
+use api::v1::{embedder_server, EmbedRequest, EmbedResponse, Embedding, Usage};
+use models::Embedder;
+use tonic::{Request, Response, Status};
+
+use crate::{
+    batcher::{BatchPolicy, Batcher},
+    limits::{too_large, Limits},
+    metrics::Metrics,
+    status,
+};
+
+/// Seconds the engine has spent so far (for engine vs TEE time).
+pub type EngineClock = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+pub struct EmbedderService {
+    embedder: Arc<dyn Embedder>,
+    batcher: Batcher<Vec<String>, Vec<Vec<f32>>>,
+    limits: Limits,
+    metrics: Metrics,
+    model: String,
+}
+
+impl EmbedderService {
+    pub fn new(embedder: Arc<dyn Embedder>, limits: Limits, metrics: Metrics, clock: EngineClock) -> Self {
+        let policy = BatchPolicy {
+            window: limits.batch_window,
+            budget: limits.batch_tokens,
+            max_items: limits.max_texts,
+            max_queue: limits.max_queue,
+        };
+        let (e, m) = (embedder.clone(), metrics.clone());
+        let batcher = Batcher::spawn("embedder", policy, metrics.clone(), move |jobs: Vec<Vec<String>>| {
+            run_batch(e.as_ref(), &m, &clock, jobs)
+        });
+        EmbedderService { model: embedder.identity().to_string(), embedder, batcher, limits, metrics }
+    }
+
+    pub fn into_server(self) -> embedder_server::EmbedderServer<Self> {
+        let max = self.limits.max_request_bytes;
+        embedder_server::EmbedderServer::new(self).max_decoding_message_size(max).max_encoding_message_size(max.max(64 << 20))
+    }
+
+    async fn handle(&self, req: EmbedRequest) -> Result<EmbedResponse, Status> {
+        if req.texts.is_empty() {
+            return Err(Status::invalid_argument("texts is empty"));
+        }
+        if req.texts.len() > self.limits.max_texts {
+            return Err(too_large("texts per request", req.texts.len(), self.limits.max_texts));
+        }
+        if let Some(i) = req.texts.iter().position(|t| t.trim().is_empty()) {
+            return Err(Status::invalid_argument(format!("texts[{i}] is empty")));
+        }
+        // Tokenize off the async runtime: long texts take milliseconds.
+        let (embedder, limits) = (self.embedder.clone(), self.limits.clone());
+        let (texts, counts) = tokio::task::spawn_blocking(move || -> Result<(Vec<String>, Vec<usize>), Status> {
+            let max = limits.max_tokens_per_text.unwrap_or(embedder.max_tokens()).min(embedder.max_tokens());
+            let texts: Vec<String> = if req.instruction.is_empty() {
+                req.texts
+            } else {
+                req.texts
+                    .iter()
+                    .map(|t| embedder.with_instruction(&req.instruction, t))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| status::from_model(&e))?
+            };
+            let mut counts = Vec::with_capacity(texts.len());
+            for (i, t) in texts.iter().enumerate() {
+                let n = embedder.count_tokens(t).map_err(|e| status::from_model(&e))?;
+                if n > max && !req.truncate {
+                    return Err(too_large(&format!("texts[{i}] tokens (set truncate to cut them)"), n, max));
+                }
+                counts.push(n.min(max));
+            }
+            Ok((texts, counts))
+        })
+        .await
+        .map_err(|_| Status::internal("tokenizer task failed"))??;
+        let tokens: usize = counts.iter().sum();
+        let vectors = self.batcher.submit(texts, tokens).await?;
+        self.metrics.tokens_in.inc_by(tokens as u64);
+        Ok(EmbedResponse {
+            embeddings: vectors.into_iter().map(|values| Embedding { values }).collect(),
+            usage: Some(Usage { prompt_tokens: tokens as u32, completion_tokens: 0, total_tokens: tokens as u32 }),
+            model: self.model.clone(),
+        })
+    }
+}
+
+/// Embeds the texts of several requests in one pass. If the pass fails for a reason other
+/// than the engine, each request is retried alone so one bad request cannot fail others;
+/// an engine integrity failure is never retried.
+fn run_batch(e: &dyn Embedder, m: &Metrics, clock: &EngineClock, jobs: Vec<Vec<String>>) -> Vec<Result<Vec<Vec<f32>>, Status>> {
+    let all: Vec<&str> = jobs.iter().flatten().map(String::as_str).collect();
+    let (t, before) = (Instant::now(), clock());
+    let result = e.embed(&all);
+    m.account(t.elapsed().as_secs_f64(), before, clock());
+    match result {
+        Ok(mut vectors) => {
+            let mut out = Vec::with_capacity(jobs.len());
+            for job in &jobs {
+                let rest = vectors.split_off(job.len());
+                out.push(Ok(std::mem::replace(&mut vectors, rest)));
+            }
+            out
+        }
+        Err(err) => {
+            let s = status::from_model(&err);
+            if s.code() == tonic::Code::DataLoss {
+                m.integrity_failures.inc();
+            }
+            if jobs.len() == 1 || status::is_engine_failure(&s) {
+                return jobs.iter().map(|_| Err(s.clone())).collect();
+            }
+            jobs.iter()
+                .map(|job| {
+                    let texts: Vec<&str> = job.iter().map(String::as_str).collect();
+                    e.embed(&texts).map_err(|err| status::from_model(&err))
+                })
+                .collect()
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl embedder_server::Embedder for EmbedderService {
+    async fn embed(&self, request: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
+        let t = Instant::now();
+        let result = self.handle(request.into_inner()).await;
+        let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+        self.metrics.observe("Embed", code, t.elapsed().as_secs_f64());
+        if let Err(s) = &result {
+            tracing::info!(method = "Embed", code = ?s.code(), "request refused or failed");
+        }
+        result.map(Response::new)
+    }
+}

@@ -1,0 +1,309 @@
+//! `gelo.v1.Generator`: streaming generation with continuous batching. One scheduler
+//! thread owns every running sequence (and its KV cache); new requests are prefilled and
+//! join the running decode batch at the next step; a stream whose client went away
+//! (cancel, deadline) is dropped at the next step, freeing its KV cache.
+
+use std::{
+    pin::Pin,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        mpsc, Arc,
+    },
+    time::Instant,
+};
+
+use api::v1::{generator_server, FinishReason as PbFinish, GenerateRequest as PbRequest, GenerateResponse, Usage};
+use futures::Stream;
+use models::{generate::Sequence, ChatMessage, Chunk, FinishReason, GenerateRequest, Prompt, SamplingParams, TextGenerator};
+use tokio::sync::mpsc as tmpsc;
+use tonic::{Request, Response, Status};
+
+use crate::{
+    embedder::EngineClock,
+    limits::{overloaded, too_large, Limits},
+    metrics::Metrics,
+    status,
+};
+
+type Out = tmpsc::UnboundedSender<Result<GenerateResponse, Status>>;
+
+struct NewSeq {
+    req: GenerateRequest,
+    out: Out,
+    deadline: Option<Instant>,
+}
+
+struct Running {
+    seq: Sequence,
+    out: Out,
+    deadline: Option<Instant>,
+}
+
+/// The RPC's deadline from its `grpc-timeout` header (`<digits><H|M|S|m|u|n>`).
+pub fn deadline(meta: &tonic::metadata::MetadataMap) -> Option<Instant> {
+    let v = meta.get("grpc-timeout")?.to_str().ok()?;
+    let (num, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = num.parse().ok()?;
+    let d = match unit {
+        "H" => std::time::Duration::from_secs(n.saturating_mul(3600)),
+        "M" => std::time::Duration::from_secs(n.saturating_mul(60)),
+        "S" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_millis(n),
+        "u" => std::time::Duration::from_micros(n),
+        "n" => std::time::Duration::from_nanos(n),
+        _ => return None,
+    };
+    Instant::now().checked_add(d)
+}
+
+/// Ends sequences whose RPC deadline has passed, telling their clients so.
+fn expire(running: &mut Vec<Running>) {
+    let now = Instant::now();
+    running.retain(|r| match r.deadline {
+        Some(d) if d <= now => {
+            let _ = r.out.send(Err(Status::deadline_exceeded("the request's deadline passed during generation")));
+            false
+        }
+        _ => true,
+    });
+}
+
+pub struct GeneratorService {
+    generator: Arc<TextGenerator>,
+    tx: mpsc::Sender<NewSeq>,
+    waiting: Arc<AtomicUsize>,
+    limits: Limits,
+    metrics: Metrics,
+}
+
+/// Tokens generated when a request does not say.
+pub const DEFAULT_MAX_TOKENS: usize = 256;
+
+impl GeneratorService {
+    pub fn new(generator: Arc<TextGenerator>, limits: Limits, metrics: Metrics, clock: EngineClock) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let (g, m, w, max) = (generator.clone(), metrics.clone(), waiting.clone(), limits.max_batch_sequences);
+        std::thread::Builder::new()
+            .name("gelo-generator".into())
+            .spawn(move || schedule(&g, &m, &clock, rx, &w, max))
+            .expect("spawning the scheduler");
+        GeneratorService { generator, tx, waiting, limits, metrics }
+    }
+
+    pub fn into_server(self) -> generator_server::GeneratorServer<Self> {
+        let max = self.limits.max_request_bytes;
+        generator_server::GeneratorServer::new(self).max_decoding_message_size(max)
+    }
+
+    fn request(&self, r: PbRequest) -> Result<GenerateRequest, Status> {
+        let prompt = if !r.raw_prompt.is_empty() {
+            Prompt::Raw(r.raw_prompt)
+        } else {
+            if r.messages.is_empty() {
+                return Err(Status::invalid_argument("messages is empty (or set raw_prompt)"));
+            }
+            for (i, m) in r.messages.iter().enumerate() {
+                if !matches!(m.role.as_str(), "system" | "user" | "assistant") {
+                    return Err(Status::invalid_argument(format!("messages[{i}].role must be system, user or assistant")));
+                }
+            }
+            if r.messages.iter().all(|m| m.content.trim().is_empty()) {
+                return Err(Status::invalid_argument("every message is empty"));
+            }
+            Prompt::Chat(r.messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect())
+        };
+        let max_tokens = if r.max_tokens == 0 { DEFAULT_MAX_TOKENS } else { r.max_tokens as usize };
+        if max_tokens > self.limits.max_output_tokens {
+            return Err(too_large("max_tokens", max_tokens, self.limits.max_output_tokens));
+        }
+        if r.stop.len() > self.limits.max_stop_strings {
+            return Err(too_large("stop strings", r.stop.len(), self.limits.max_stop_strings));
+        }
+        if r.stop.iter().any(|s| s.len() > 256) {
+            return Err(Status::invalid_argument("a stop string is longer than 256 bytes"));
+        }
+        let sampling = SamplingParams {
+            temperature: r.temperature,
+            top_k: r.top_k as usize,
+            top_p: if r.top_p == 0.0 { 1.0 } else { r.top_p },
+            repetition_penalty: if r.repetition_penalty == 0.0 { 1.0 } else { r.repetition_penalty },
+            seed: r.seed,
+        };
+        sampling.validate().map_err(|e| status::from_model(&e))?;
+        Ok(GenerateRequest { prompt, max_tokens, sampling, stop: r.stop })
+    }
+
+    async fn handle(&self, r: PbRequest, deadline: Option<Instant>) -> Result<tmpsc::UnboundedReceiver<Result<GenerateResponse, Status>>, Status> {
+        let req = self.request(r)?;
+        // Render and count the prompt off the runtime, and refuse what cannot fit.
+        let (g, limits) = (self.generator.clone(), self.limits.clone());
+        let req = tokio::task::spawn_blocking(move || -> Result<GenerateRequest, Status> {
+            let tokens = g.prompt_tokens(&req.prompt).map_err(|e| status::from_model(&e))?;
+            if tokens.is_empty() {
+                return Err(Status::invalid_argument("the prompt is empty"));
+            }
+            let limit = limits.max_prompt_tokens.unwrap_or(g.context_limit()).min(g.context_limit());
+            if tokens.len() > limit {
+                return Err(too_large("prompt tokens", tokens.len(), limit));
+            }
+            if tokens.len() + req.max_tokens > g.context_limit() {
+                return Err(too_large("prompt tokens + max_tokens", tokens.len() + req.max_tokens, g.context_limit()));
+            }
+            Ok(GenerateRequest { prompt: Prompt::Tokens(tokens), ..req })
+        })
+        .await
+        .map_err(|_| Status::internal("tokenizer task failed"))??;
+        if self.waiting.load(Ordering::SeqCst) >= self.limits.max_queue {
+            return Err(overloaded("generation queue", self.limits.max_queue));
+        }
+        let (out, rx) = tmpsc::unbounded_channel();
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        self.metrics.queue_depth.set(self.waiting.load(Ordering::SeqCst) as i64);
+        self.tx.send(NewSeq { req, out, deadline }).map_err(|_| Status::unavailable("the generator has stopped"))?;
+        Ok(rx)
+    }
+}
+
+fn message(c: &Chunk, seq: &Sequence) -> GenerateResponse {
+    let finish = c.finish.map(|f| match f {
+        FinishReason::Stop => PbFinish::Stop,
+        FinishReason::Length => PbFinish::Length,
+    });
+    GenerateResponse {
+        text: c.text.clone(),
+        token_ids: c.tokens.clone(),
+        finish_reason: finish.unwrap_or(PbFinish::Unspecified) as i32,
+        usage: finish.map(|_| {
+            let (p, g) = (seq.prompt_tokens() as u32, seq.generated_tokens() as u32);
+            Usage { prompt_tokens: p, completion_tokens: g, total_tokens: p + g }
+        }),
+    }
+}
+
+/// Sends a chunk; false when the client is gone.
+fn send(out: &Out, c: &Chunk, seq: &Sequence) -> bool {
+    if c.text.is_empty() && c.tokens.is_empty() && c.finish.is_none() {
+        return !out.is_closed();
+    }
+    out.send(Ok(message(c, seq))).is_ok()
+}
+
+fn schedule(g: &TextGenerator, m: &Metrics, clock: &EngineClock, rx: mpsc::Receiver<NewSeq>, waiting: &AtomicUsize, max_batch: usize) {
+    let mut running: Vec<Running> = Vec::new();
+    loop {
+        // 1. Admit newcomers: block only when idle.
+        let mut new = Vec::new();
+        if running.is_empty() {
+            match rx.recv() {
+                Ok(n) => new.push(n),
+                Err(_) => return,
+            }
+        }
+        while running.len() + new.len() < max_batch {
+            match rx.try_recv() {
+                Ok(n) => new.push(n),
+                Err(_) => break,
+            }
+        }
+        waiting.fetch_sub(new.len(), Ordering::SeqCst);
+        m.queue_depth.set(waiting.load(Ordering::SeqCst) as i64);
+        new.retain(|n| !n.out.is_closed());
+        if !new.is_empty() {
+            prefill(g, m, clock, new, &mut running);
+        }
+        expire(&mut running);
+        m.active_sequences.set(running.len() as i64);
+        if running.is_empty() {
+            continue;
+        }
+        // 2. One decode step for every running sequence.
+        let (t, before) = (Instant::now(), clock());
+        let result = {
+            let mut refs: Vec<&mut Sequence> = running.iter_mut().map(|r| &mut r.seq).collect();
+            g.step(&mut refs)
+        };
+        m.account(t.elapsed().as_secs_f64(), before, clock());
+        m.batch_items.observe(running.len() as f64);
+        match result {
+            Ok(chunks) => {
+                let mut keep = Vec::with_capacity(running.len());
+                for (r, c) in running.into_iter().zip(chunks) {
+                    m.tokens_out.inc_by(c.tokens.len() as u64);
+                    let alive = send(&r.out, &c, &r.seq);
+                    if alive && !r.seq.is_finished() {
+                        keep.push(r);
+                    }
+                    // Dropping `r` frees the sequence's KV cache (scrubbed on drop).
+                }
+                running = keep;
+                m.active_sequences.set(running.len() as i64);
+            }
+            Err(e) => {
+                let s = status::from_model(&e);
+                if s.code() == tonic::Code::DataLoss {
+                    m.integrity_failures.inc();
+                }
+                tracing::error!(code = ?s.code(), sequences = running.len(), "decode step failed; its sequences are aborted");
+                for r in running.drain(..) {
+                    let _ = r.out.send(Err(s.clone()));
+                }
+                m.active_sequences.set(0);
+            }
+        }
+    }
+}
+
+/// Prefills newcomers in one pass; if that fails, alone, so one bad prompt fails only itself.
+fn prefill(g: &TextGenerator, m: &Metrics, clock: &EngineClock, new: Vec<NewSeq>, running: &mut Vec<Running>) {
+    let reqs: Vec<GenerateRequest> = new.iter().map(|n| n.req.clone()).collect();
+    let (t, before) = (Instant::now(), clock());
+    let started = g.start_batch(&reqs);
+    m.account(t.elapsed().as_secs_f64(), before, clock());
+    let results: Vec<Result<(Sequence, Chunk), Status>> = match started {
+        Ok(v) => v.into_iter().map(Ok).collect(),
+        Err(e) if new.len() == 1 => vec![Err(status::from_model(&e))],
+        Err(e) => {
+            let s = status::from_model(&e);
+            if status::is_engine_failure(&s) {
+                new.iter().map(|_| Err(s.clone())).collect()
+            } else {
+                reqs.iter().map(|r| g.start(r).map_err(|e| status::from_model(&e))).collect()
+            }
+        }
+    };
+    for (n, r) in new.into_iter().zip(results) {
+        match r {
+            Ok((seq, chunk)) => {
+                m.tokens_in.inc_by(seq.prompt_tokens() as u64);
+                m.tokens_out.inc_by(chunk.tokens.len() as u64);
+                if send(&n.out, &chunk, &seq) && !seq.is_finished() {
+                    running.push(Running { seq, out: n.out, deadline: n.deadline });
+                }
+            }
+            Err(s) => {
+                if s.code() == tonic::Code::DataLoss {
+                    m.integrity_failures.inc();
+                }
+                let _ = n.out.send(Err(s));
+            }
+        }
+    }
+}
+
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<GenerateResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl generator_server::Generator for GeneratorService {
+    type GenerateStream = ResponseStream;
+
+    async fn generate(&self, request: Request<PbRequest>) -> Result<Response<Self::GenerateStream>, Status> {
+        let t = Instant::now();
+        let deadline = deadline(request.metadata());
+        let result = self.handle(request.into_inner(), deadline).await;
+        let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+        self.metrics.observe("Generate", code, t.elapsed().as_secs_f64());
+        let rx = result?;
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))))
+    }
+}

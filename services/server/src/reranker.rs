@@ -1,0 +1,130 @@
+//! `gelo.v1.Reranker`: (query, document) pairs of several requests share a forward pass.
+
+use std::{sync::Arc, time::Instant};
+
+use api::v1::{reranker_server, RerankRequest, RerankResponse, RerankResult, Usage};
+use models::Reranker;
+use tonic::{Request, Response, Status};
+
+use crate::{
+    batcher::{BatchPolicy, Batcher},
+    embedder::EngineClock,
+    limits::{too_large, Limits},
+    metrics::Metrics,
+    status,
+};
+
+type Job = (String, Vec<String>);
+
+pub struct RerankerService {
+    reranker: Arc<dyn Reranker>,
+    batcher: Batcher<Job, Vec<f32>>,
+    limits: Limits,
+    metrics: Metrics,
+    model: String,
+}
+
+impl RerankerService {
+    pub fn new(reranker: Arc<dyn Reranker>, limits: Limits, metrics: Metrics, clock: EngineClock) -> Self {
+        let policy = BatchPolicy {
+            window: limits.batch_window,
+            budget: limits.batch_tokens,
+            max_items: limits.max_documents,
+            max_queue: limits.max_queue,
+        };
+        let (r, m) = (reranker.clone(), metrics.clone());
+        let batcher = Batcher::spawn("reranker", policy, metrics.clone(), move |jobs: Vec<Job>| run_batch(r.as_ref(), &m, &clock, jobs));
+        RerankerService { model: reranker.identity().to_string(), reranker, batcher, limits, metrics }
+    }
+
+    pub fn into_server(self) -> reranker_server::RerankerServer<Self> {
+        let max = self.limits.max_request_bytes;
+        reranker_server::RerankerServer::new(self).max_decoding_message_size(max)
+    }
+
+    async fn handle(&self, req: RerankRequest) -> Result<RerankResponse, Status> {
+        if req.query.trim().is_empty() {
+            return Err(Status::invalid_argument("query is empty"));
+        }
+        if req.documents.is_empty() {
+            return Err(Status::invalid_argument("documents is empty"));
+        }
+        if req.documents.len() > self.limits.max_documents {
+            return Err(too_large("documents per request", req.documents.len(), self.limits.max_documents));
+        }
+        if let Some(i) = req.documents.iter().position(|d| d.trim().is_empty()) {
+            return Err(Status::invalid_argument(format!("documents[{i}] is empty")));
+        }
+        let (r, limits) = (self.reranker.clone(), self.limits.clone());
+        let (query, docs, truncate) = (req.query, req.documents, req.truncate);
+        let (query, docs, tokens) = tokio::task::spawn_blocking(move || -> Result<_, Status> {
+            let max = limits.max_tokens_per_text.unwrap_or(r.max_tokens()).min(r.max_tokens());
+            let mut tokens = 0;
+            for (i, d) in docs.iter().enumerate() {
+                let n = r.count_tokens(&query, d).map_err(|e| status::from_model(&e))?;
+                if n > max && !truncate {
+                    return Err(too_large(&format!("documents[{i}] tokens with the query (set truncate to cut them)"), n, max));
+                }
+                tokens += n.min(max);
+            }
+            Ok((query, docs, tokens))
+        })
+        .await
+        .map_err(|_| Status::internal("tokenizer task failed"))??;
+        let scores = self.batcher.submit((query, docs), tokens).await?;
+        self.metrics.tokens_in.inc_by(tokens as u64);
+        let mut results: Vec<RerankResult> =
+            scores.into_iter().enumerate().map(|(i, score)| RerankResult { index: i as u32, score }).collect();
+        results.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+        if req.top_n > 0 {
+            results.truncate(req.top_n as usize);
+        }
+        Ok(RerankResponse {
+            results,
+            usage: Some(Usage { prompt_tokens: tokens as u32, completion_tokens: 0, total_tokens: tokens as u32 }),
+            model: self.model.clone(),
+        })
+    }
+}
+
+fn run_batch(r: &dyn Reranker, m: &Metrics, clock: &EngineClock, jobs: Vec<Job>) -> Vec<Result<Vec<f32>, Status>> {
+    let pairs: Vec<(&str, &str)> = jobs.iter().flat_map(|(q, docs)| docs.iter().map(move |d| (q.as_str(), d.as_str()))).collect();
+    let (t, before) = (Instant::now(), clock());
+    let result = r.score_pairs(&pairs);
+    m.account(t.elapsed().as_secs_f64(), before, clock());
+    match result {
+        Ok(mut scores) => jobs
+            .iter()
+            .map(|(_, docs)| {
+                let rest = scores.split_off(docs.len());
+                Ok(std::mem::replace(&mut scores, rest))
+            })
+            .collect(),
+        Err(err) => {
+            let s = status::from_model(&err);
+            if s.code() == tonic::Code::DataLoss {
+                m.integrity_failures.inc();
+            }
+            if jobs.len() == 1 || status::is_engine_failure(&s) {
+                return jobs.iter().map(|_| Err(s.clone())).collect();
+            }
+            jobs.iter()
+                .map(|(q, docs)| {
+                    let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+                    r.score(q, &docs).map_err(|err| status::from_model(&err))
+                })
+                .collect()
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl reranker_server::Reranker for RerankerService {
+    async fn rerank(&self, request: Request<RerankRequest>) -> Result<Response<RerankResponse>, Status> {
+        let t = Instant::now();
+        let result = self.handle(request.into_inner()).await;
+        let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+        self.metrics.observe("Rerank", code, t.elapsed().as_secs_f64());
+        result.map(Response::new)
+    }
+}

@@ -1,0 +1,75 @@
+//! A tampering GPU: the service answers DATA_LOSS with the reason, never a wrong vector.
+
+use std::{path::PathBuf, sync::Arc};
+
+use api::v1::{embedder_server::Embedder as _, EmbedRequest};
+use kernels::{CpuEngine, Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
+use protocol::{Executor as _, MaskedConfig, MaskedExecutor, UVerifyConfig};
+use server::{embedder::EmbedderService, Limits, Metrics};
+
+/// Adds 10 to one element of every product once `tamper` is set.
+struct Tampering {
+    inner: CpuEngine,
+    tamper: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Engine for Tampering {
+    fn info(&self) -> EngineInfo {
+        self.inner.info()
+    }
+    fn register(&self, id: WeightId, w: Weight) -> Result<Registered, EngineError> {
+        self.inner.register(id, w)
+    }
+    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
+        self.inner.unregister(id)
+    }
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+        let out = self.inner.matmul_many(x, ids)?;
+        if !self.tamper.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(out);
+        }
+        Ok(out
+            .into_iter()
+            .map(|z| {
+                let mut z = z.into_matrix();
+                z.set(0, 0, z.get(0, 0) + 10.0);
+                Masked::from_mixed(z)
+            })
+            .collect())
+    }
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, t: bool) -> Result<Masked, EngineError> {
+        self.inner.matmul_dynamic(a, b, t)
+    }
+    fn softmax_rows(&self, x: &Masked, s: f32) -> Result<Masked, EngineError> {
+        self.inner.softmax_rows(x, s)
+    }
+}
+
+fn minilm() -> PathBuf {
+    let root = std::env::var_os("GELO_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/gelo"));
+    let p = root.join("models/all-minilm-l6-v2");
+    assert!(p.exists(), "run scripts/fetch-models.sh");
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
+    let tamper = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let engine: Arc<dyn Engine> = Arc::new(Tampering { inner: CpuEngine::new(), tamper: tamper.clone() });
+    let cfg = MaskedConfig { verify: Some(UVerifyConfig::default()), ..Default::default() };
+    let exec = Arc::new(MaskedExecutor::new(engine, cfg).unwrap());
+    let embedder: Arc<dyn models::Embedder> = models::load_embedder(&minilm(), exec.clone(), &Default::default()).unwrap().into();
+    let metrics = Metrics::new("embedder");
+    let svc = EmbedderService::new(embedder, Limits::default(), metrics.clone(), Arc::new(|| 0.0));
+    let req = || tonic::Request::new(EmbedRequest { texts: vec!["integrity".into()], ..Default::default() });
+    let ok = svc.embed(req()).await.expect("honest engine");
+    assert_eq!(ok.into_inner().embeddings[0].values.len(), 384);
+    tamper.store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = svc.embed(req()).await.expect_err("a tampered product must not produce an answer");
+    assert_eq!(err.code(), tonic::Code::DataLoss, "{}", err.message());
+    assert!(err.message().contains("integrity"), "{}", err.message());
+    assert!(matches!(exec.integrity(), protocol::IntegrityStatus::Compromised { .. }));
+    assert!(metrics.encode().contains("gelo_integrity_failures_total{role=\"embedder\"} 1"), "{}", metrics.encode());
+}
