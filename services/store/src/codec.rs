@@ -12,6 +12,8 @@ const DOC_LAYOUT: u8 = 1;
 
 pub(crate) struct DocRecord {
     pub(crate) generation: Generation,
+    /// The document's chunks are the sequence numbers `first_seq .. first_seq + chunks`.
+    pub(crate) first_seq: u64,
     pub(crate) chunks: u32,
     pub(crate) id: String,
     pub(crate) title: String,
@@ -20,9 +22,10 @@ pub(crate) struct DocRecord {
 
 pub(crate) fn encode_doc(doc: &DocRecord) -> Vec<u8> {
     let meta_len: usize = doc.metadata.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
-    let mut out = Vec::with_capacity(1 + 16 + 4 + 8 + doc.id.len() + doc.title.len() + 4 + meta_len);
+    let mut out = Vec::with_capacity(1 + 16 + 8 + 4 + 8 + doc.id.len() + doc.title.len() + 4 + meta_len);
     out.push(DOC_LAYOUT);
     out.extend_from_slice(&doc.generation);
+    out.extend_from_slice(&doc.first_seq.to_le_bytes());
     out.extend_from_slice(&doc.chunks.to_le_bytes());
     put_str(&mut out, &doc.id);
     put_str(&mut out, &doc.title);
@@ -41,6 +44,7 @@ pub(crate) fn decode_doc(bytes: &[u8]) -> Result<DocRecord> {
     }
     let mut generation = [0u8; 16];
     generation.copy_from_slice(r.take(16)?);
+    let first_seq = r.u64()?;
     let chunks = r.u32()?;
     let id = r.string()?;
     let title = r.string()?;
@@ -52,29 +56,28 @@ pub(crate) fn decode_doc(bytes: &[u8]) -> Result<DocRecord> {
         metadata.insert(k, v);
     }
     r.finish()?;
-    Ok(DocRecord { generation, chunks, id, title, metadata })
-}
-
-pub(crate) fn encode_chunk(text: &str, vector: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + text.len() + 4 * vector.len());
-    put_str(&mut out, text);
-    for x in vector {
-        out.extend_from_slice(&x.to_le_bytes());
+    if first_seq.checked_add(chunks as u64).is_none() {
+        return Err(StoreError::corrupt(RecordKind::Document, "chunk range overflows"));
     }
-    out
+    Ok(DocRecord { generation, first_seq, chunks, id, title, metadata })
 }
 
-/// Decodes a chunk record. `vector_out` receives the embedding; the text is returned only if
-/// asked for, since loading the index needs the vectors alone.
-pub(crate) fn decode_chunk(bytes: &[u8], vector_out: &mut [f32], want_text: bool) -> Result<Option<String>> {
-    let mut r = Reader::new(bytes, RecordKind::Chunk);
-    let text = if want_text { Some(r.string()?) } else { r.skip_str()? };
-    let raw = r.take(4 * vector_out.len())?;
-    r.finish()?;
-    for (x, b) in vector_out.iter_mut().zip(raw.chunks_exact(4)) {
+pub(crate) fn encode_vector(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub(crate) fn decode_vector(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    if bytes.len() != 4 * out.len() {
+        return Err(StoreError::corrupt(RecordKind::ChunkVector, "vector of another dimension"));
+    }
+    for (x, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
         *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     }
-    Ok(text)
+    Ok(())
+}
+
+pub(crate) fn decode_text(bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|_| StoreError::corrupt(RecordKind::ChunkText, "text is not UTF-8"))
 }
 
 pub(crate) fn encode_config(dimension: u32) -> Vec<u8> {
@@ -116,6 +119,11 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
 
+    fn u64(&mut self) -> Result<u64> {
+        let b = self.take(8)?;
+        Ok(u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+    }
+
     fn u32(&mut self) -> Result<u32> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -125,12 +133,6 @@ impl<'a> Reader<'a> {
         let len = self.u32()? as usize;
         let bytes = self.take(len)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| StoreError::corrupt(self.kind, "text is not UTF-8"))
-    }
-
-    fn skip_str(&mut self) -> Result<Option<String>> {
-        let len = self.u32()? as usize;
-        self.take(len)?;
-        Ok(None)
     }
 
     fn finish(&self) -> Result<()> {
@@ -150,6 +152,7 @@ mod tests {
     fn doc_roundtrip_and_truncation() {
         let doc = DocRecord {
             generation: [7; 16],
+            first_seq: 1 << 40,
             chunks: 3,
             id: "doc-ü".into(),
             title: "Title".into(),
@@ -158,8 +161,8 @@ mod tests {
         let bytes = encode_doc(&doc);
         let back = decode_doc(&bytes).unwrap();
         assert_eq!(
-            (back.generation, back.chunks, back.id.as_str(), back.title.as_str(), &back.metadata),
-            (doc.generation, 3, "doc-ü", "Title", &doc.metadata)
+            (back.generation, back.first_seq, back.chunks, back.id.as_str(), back.title.as_str(), &back.metadata),
+            (doc.generation, 1 << 40, 3, "doc-ü", "Title", &doc.metadata)
         );
         for len in 0..bytes.len() {
             assert!(matches!(decode_doc(&bytes[..len]), Err(StoreError::Corrupt { kind: RecordKind::Document, .. })));
@@ -170,20 +173,18 @@ mod tests {
     }
 
     #[test]
-    fn chunk_roundtrip_and_truncation() {
+    fn vector_and_text_roundtrip() {
         let v = [1.5f32, -0.25, 3.0];
-        let bytes = encode_chunk("hello", &v);
+        let bytes = encode_vector(&v);
         let mut out = [0f32; 3];
-        assert_eq!(decode_chunk(&bytes, &mut out, true).unwrap().as_deref(), Some("hello"));
-        assert_eq!(out, v);
-        let mut out = [0f32; 3];
-        assert_eq!(decode_chunk(&bytes, &mut out, false).unwrap(), None);
+        decode_vector(&bytes, &mut out).unwrap();
         assert_eq!(out, v);
         for len in 0..bytes.len() {
-            assert!(decode_chunk(&bytes[..len], &mut out, true).is_err());
+            assert!(decode_vector(&bytes[..len], &mut out).is_err());
         }
         // A record of another dimension does not decode.
-        let mut wrong = [0f32; 4];
-        assert!(decode_chunk(&bytes, &mut wrong, false).is_err());
+        assert!(decode_vector(&bytes, &mut [0f32; 4]).is_err());
+        assert_eq!(decode_text("héllo".as_bytes().to_vec()).unwrap(), "héllo");
+        assert!(matches!(decode_text(vec![0xff, 0xfe]), Err(StoreError::Corrupt { kind: RecordKind::ChunkText, .. })));
     }
 }

@@ -14,10 +14,12 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub enum RecordKind {
     /// The store's encrypted configuration (dimension), also the key check.
     Config,
-    /// A document record: id, title, metadata, chunk count.
+    /// A document record: id, title, metadata, where its chunks are.
     Document,
-    /// A chunk record: text and embedding.
-    Chunk,
+    /// A chunk's embedding.
+    ChunkVector,
+    /// A chunk's text.
+    ChunkText,
     /// The database file itself (a redb page checksum or structure check failed).
     File,
 }
@@ -27,7 +29,8 @@ impl fmt::Display for RecordKind {
         f.write_str(match self {
             RecordKind::Config => "config",
             RecordKind::Document => "document",
-            RecordKind::Chunk => "chunk",
+            RecordKind::ChunkVector => "chunk vector",
+            RecordKind::ChunkText => "chunk text",
             RecordKind::File => "database file",
         })
     }

@@ -18,6 +18,8 @@ pub(crate) struct DocEntry {
     pub(crate) title: String,
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) generation: Generation,
+    /// Sequence number (table key) of chunk 0; chunk `i` is `first_seq + i`.
+    pub(crate) first_seq: u64,
     /// Row of chunk `i` in the matrix.
     pub(crate) rows: Vec<u32>,
 }
@@ -49,6 +51,10 @@ impl Index {
         Index { matrix: Matrix::new(dim), owners: Vec::new(), docs: Vec::new(), free_slots: Vec::new(), by_hash: HashMap::new() }
     }
 
+    pub(crate) fn dim(&self) -> usize {
+        self.matrix.dim()
+    }
+
     pub(crate) fn documents(&self) -> usize {
         self.by_hash.len()
     }
@@ -77,6 +83,7 @@ impl Index {
         slot
     }
 
+    #[cfg(test)]
     pub(crate) fn slot_of(&self, hash: &DocHash) -> Option<u32> {
         self.by_hash.get(hash).copied()
     }
@@ -141,7 +148,7 @@ mod tests {
     use super::*;
 
     fn entry(h: u8) -> DocEntry {
-        DocEntry { hash: [h; 32], id: format!("d{h}"), title: String::new(), metadata: BTreeMap::new(), generation: [0; 16], rows: vec![] }
+        DocEntry { hash: [h; 32], id: format!("d{h}"), title: String::new(), metadata: BTreeMap::new(), generation: [0; 16], first_seq: 0, rows: vec![] }
     }
 
     /// Random inserts, replacements and removals against a plain model: every document's

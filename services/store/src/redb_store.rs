@@ -3,9 +3,17 @@
 //!
 //! Tables:
 //! - `meta`: `format` (plaintext u32), `key_id` (plaintext key fingerprint), `config` (sealed
-//!   dimension, the key check);
-//! - `documents`: HMAC(id) → sealed {id, title, metadata, generation, chunk count};
-//! - `chunks`: HMAC(id) ‖ index (big-endian) → sealed {text, embedding}.
+//!   dimension, the key check), `next_seq` (plaintext u64, the next chunk sequence number);
+//! - `documents`: HMAC(id) → sealed {id, title, metadata, generation, first chunk seq, count};
+//! - `vectors`: chunk seq → sealed embedding;
+//! - `texts`: chunk seq → sealed text.
+//!
+//! Why chunks are keyed by a sequence number rather than by (document, index): new chunks then
+//! always append at the right edge of the trees, so a commit rewrites a few pages instead of
+//! one leaf per chunk scattered over the file (keyed hashes are random), and leaves fill up.
+//! Vectors and texts are separate records because a chunk's two parts together (about 2.2 KB at
+//! dimension 384) fit a 4 KiB page only once while each part packs well on its own; it also
+//! lets the open read and decrypt the vectors alone. Both measured in docs/BENCHMARKS.md.
 //!
 //! What the file still reveals: how many documents and chunks there are and their sizes,
 //! and when they were written; not which ids, nor any text, title, metadata or vector.
@@ -25,26 +33,27 @@ use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use rayon::prelude::*;
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
 
 use crate::codec::{self, DocRecord};
 use crate::error::{RecordKind, Result, StoreError};
 use crate::index::{DocEntry, Index};
 use crate::key::SealingKey;
-use crate::seal::{Aad, ChunkKey, DocHash, Generation, Sealer, chunk_key, split_chunk_key};
+use crate::seal::{Aad, ChunkBinding, DocHash, Generation, Sealer};
 use crate::{Chunk, Document, Passage, Stats, VectorStore, normalize};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const DOCUMENTS: TableDefinition<&[u8; 32], &[u8]> = TableDefinition::new("documents");
-const CHUNKS: TableDefinition<&[u8; 36], &[u8]> = TableDefinition::new("chunks");
+const VECTORS: TableDefinition<u64, &[u8]> = TableDefinition::new("vectors");
+const TEXTS: TableDefinition<u64, &[u8]> = TableDefinition::new("texts");
 
 const FORMAT_VERSION: u32 = 1;
 /// Large enough for any embedding model in use (the largest common ones are 4096).
 const MAX_DIMENSION: usize = 65_536;
 /// redb's page cache. The vectors live in the index, so the cache only serves tree pages and
-/// the text of top-k hits; redb's 1 GiB default would double the memory of a large store.
+/// the text of top-k hits; redb's 1 GiB default would add that much to a large store's memory.
 const CACHE_BYTES: usize = 128 << 20;
-/// Chunk records decrypted per parallel batch while loading.
+/// Vector records decrypted per parallel batch while loading.
 const LOAD_BATCH: usize = 4096;
 
 /// The embedded [`VectorStore`]: persistent, crash-safe, sealed at rest.
@@ -61,7 +70,8 @@ impl EncryptedRedbStore {
     ///
     /// Fails with [`StoreError::WrongKey`] if the store was created under another key, with
     /// [`StoreError::DimensionMismatch`] if it was created with another dimension, and with
-    /// [`StoreError::Corrupt`] if the file or any record fails its checks.
+    /// [`StoreError::Corrupt`] if the file or any document or vector record fails its checks
+    /// (chunk texts are authenticated when they are read).
     pub fn open(path: impl AsRef<Path>, key: &SealingKey, dimension: usize) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         if dimension == 0 || dimension > MAX_DIMENSION {
@@ -72,8 +82,8 @@ impl EncryptedRedbStore {
             .set_cache_size(CACHE_BYTES)
             .create(&path)?;
         let sealer = Sealer::new(key);
-        check_or_init_meta(&db, &sealer, dimension)?;
-        let index = load_index(&db, &sealer, dimension)?;
+        let next_seq = check_or_init_meta(&db, &sealer, dimension)?;
+        let index = load_index(&db, &sealer, dimension, next_seq)?;
         tracing::debug!(documents = index.documents(), chunks = index.chunks(), "document store opened");
         Ok(EncryptedRedbStore { db, path, sealer, dim: dimension, index: RwLock::new(index) })
     }
@@ -90,29 +100,21 @@ impl EncryptedRedbStore {
         self.index.write().map_err(|_| StoreError::Poisoned)
     }
 
-    fn begin_write(&self) -> Result<redb::WriteTransaction> {
+    fn begin_write(&self) -> Result<WriteTransaction> {
         let mut txn = self.db.begin_write()?;
         txn.set_two_phase_commit(true);
         Ok(txn)
     }
-}
 
-/// A document validated, normalized and sealed, ready to be written in a transaction.
-struct Prepared {
-    hash: DocHash,
-    generation: Generation,
-    doc: Document,
-    sealed_doc: Vec<u8>,
-    sealed_chunks: Vec<Vec<u8>>,
-}
-
-impl EncryptedRedbStore {
-    fn prepare(&self, position: usize, mut doc: Document) -> Result<Prepared> {
+    /// Checks a document and returns it with unit-norm embeddings.
+    fn validate(&self, position: usize, doc: &Document) -> Result<Document> {
         if doc.id.is_empty() {
             return Err(StoreError::invalid(format!("document {position}: empty id")));
         }
-        let chunks = u32::try_from(doc.chunks.len())
-            .map_err(|_| StoreError::invalid(format!("document {position}: too many chunks")))?;
+        if u32::try_from(doc.chunks.len()).is_err() {
+            return Err(StoreError::invalid(format!("document {position}: too many chunks")));
+        }
+        let mut doc = doc.clone();
         for (c, chunk) in doc.chunks.iter_mut().enumerate() {
             if chunk.embedding.len() != self.dim {
                 return Err(StoreError::DimensionMismatch { expected: self.dim, got: chunk.embedding.len() });
@@ -121,29 +123,47 @@ impl EncryptedRedbStore {
                 StoreError::invalid(format!("document {position}, chunk {c}: embedding is zero or not finite"))
             })?;
         }
-        let hash = self.sealer.doc_hash(&doc.id);
-        let mut generation = [0u8; 16];
-        rand::Rng::fill_bytes(&mut rand::rng(), &mut generation);
+        Ok(doc)
+    }
+
+    /// Seals a document placed at `first_seq`: its record, then each chunk's vector and text.
+    fn seal(&self, doc: &Document, hash: &DocHash, generation: &Generation, first_seq: u64) -> Result<Sealed> {
         let record = DocRecord {
-            generation,
-            chunks,
-            id: std::mem::take(&mut doc.id),
-            title: std::mem::take(&mut doc.title),
-            metadata: std::mem::take(&mut doc.metadata),
+            generation: *generation,
+            first_seq,
+            chunks: doc.chunks.len() as u32,
+            id: doc.id.clone(),
+            title: doc.title.clone(),
+            metadata: doc.metadata.clone(),
         };
-        let sealed_doc = self.sealer.seal(Aad::Document(&hash), codec::encode_doc(&record))?;
-        (doc.id, doc.title, doc.metadata) = (record.id, record.title, record.metadata);
-        let sealed_chunks = doc
+        let document = self.sealer.seal(Aad::Document(hash), codec::encode_doc(&record))?;
+        let chunks = doc
             .chunks
             .par_iter()
             .enumerate()
             .map(|(i, c)| {
-                let aad = Aad::Chunk { doc: &hash, index: i as u32, generation: &generation };
-                self.sealer.seal(aad, codec::encode_chunk(&c.text, &c.embedding))
+                let at = ChunkBinding { seq: first_seq + i as u64, doc: hash, index: i as u32, generation };
+                let vector = self.sealer.seal(Aad::Vector(at), codec::encode_vector(&c.embedding))?;
+                let text = self.sealer.seal(Aad::Text(at), c.text.as_bytes().to_vec())?;
+                Ok((vector, text))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Prepared { hash, generation, doc, sealed_doc, sealed_chunks })
+        Ok(Sealed { document, chunks })
     }
+}
+
+struct Sealed {
+    document: Vec<u8>,
+    /// (vector, text) of each chunk.
+    chunks: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A document as the index will hold it after the commit.
+struct Placed {
+    hash: DocHash,
+    generation: Generation,
+    first_seq: u64,
+    doc: Document,
 }
 
 impl VectorStore for EncryptedRedbStore {
@@ -158,40 +178,64 @@ impl VectorStore for EncryptedRedbStore {
         for (i, d) in documents.iter().enumerate() {
             last.insert(d.id.as_str(), i);
         }
-        let prepared = documents
+        let docs = documents
             .iter()
             .enumerate()
             .filter(|(i, d)| last.get(d.id.as_str()) == Some(i))
-            .map(|(i, d)| self.prepare(i, d.clone()))
+            .map(|(i, d)| self.validate(i, d))
             .collect::<Result<Vec<_>>>()?;
-        if prepared.is_empty() {
+        if docs.is_empty() {
             return Ok(());
         }
 
+        // Sequence numbers are handed out inside the write transaction: redb admits one writer
+        // at a time, so no two upserts can take the same ones.
         let txn = self.begin_write()?;
+        let mut next_seq = read_next_seq(&txn)?;
+        let mut placed = Vec::with_capacity(docs.len());
+        for doc in docs {
+            let mut generation = [0u8; 16];
+            rand::Rng::fill_bytes(&mut rand::rng(), &mut generation);
+            let first_seq = next_seq;
+            next_seq = next_seq
+                .checked_add(doc.chunks.len() as u64)
+                .ok_or_else(|| StoreError::corrupt(RecordKind::Config, "chunk sequence exhausted"))?;
+            placed.push(Placed { hash: self.sealer.doc_hash(&doc.id), generation, first_seq, doc });
+        }
+        let sealed = placed
+            .par_iter()
+            .map(|p| self.seal(&p.doc, &p.hash, &p.generation, p.first_seq))
+            .collect::<Result<Vec<_>>>()?;
         {
             let mut docs = txn.open_table(DOCUMENTS)?;
-            let mut chunks = txn.open_table(CHUNKS)?;
-            for p in &prepared {
-                // Old chunks go in the same transaction as the new ones arrive.
-                remove_chunks(&mut chunks, &p.hash)?;
-                docs.insert(&p.hash, p.sealed_doc.as_slice())?;
-                for (i, sealed) in p.sealed_chunks.iter().enumerate() {
-                    chunks.insert(&chunk_key(&p.hash, i as u32), sealed.as_slice())?;
+            let mut vectors = txn.open_table(VECTORS)?;
+            let mut texts = txn.open_table(TEXTS)?;
+            for (p, s) in placed.iter().zip(&sealed) {
+                // The old version's chunks go in the same transaction as the new ones arrive.
+                let old = docs.insert(&p.hash, s.document.as_slice())?.map(|g| g.value().to_vec());
+                if let Some(old) = old {
+                    let old = open_doc(&self.sealer, &p.hash, &old)?;
+                    remove_chunks(&mut vectors, &mut texts, &old)?;
+                }
+                for (i, (vector, text)) in s.chunks.iter().enumerate() {
+                    vectors.insert(p.first_seq + i as u64, vector.as_slice())?;
+                    texts.insert(p.first_seq + i as u64, text.as_slice())?;
                 }
             }
+            txn.open_table(META)?.insert("next_seq", next_seq.to_le_bytes().as_slice())?;
         }
         // Commit under the index lock: a search then never sees the file and the index
-        // disagree (a hit whose chunk record was just replaced would fail to authenticate).
+        // disagree (a hit whose chunk was just replaced would find another record, or none).
         let mut index = self.write_index()?;
         txn.commit()?;
-        for p in prepared {
+        for p in placed {
             let slot = index.insert_doc(DocEntry {
                 hash: p.hash,
                 id: p.doc.id,
                 title: p.doc.title,
                 metadata: p.doc.metadata,
                 generation: p.generation,
+                first_seq: p.first_seq,
                 rows: Vec::new(),
             });
             for c in &p.doc.chunks {
@@ -207,10 +251,13 @@ impl VectorStore for EncryptedRedbStore {
         let txn = self.begin_write()?;
         {
             let mut docs = txn.open_table(DOCUMENTS)?;
-            let mut chunks = txn.open_table(CHUNKS)?;
+            let mut vectors = txn.open_table(VECTORS)?;
+            let mut texts = txn.open_table(TEXTS)?;
             for hash in &hashes {
-                if docs.remove(hash)?.is_some() {
-                    remove_chunks(&mut chunks, hash)?;
+                let old = docs.remove(hash)?.map(|g| g.value().to_vec());
+                if let Some(old) = old {
+                    let old = open_doc(&self.sealer, hash, &old)?;
+                    remove_chunks(&mut vectors, &mut texts, &old)?;
                     deleted.push(*hash);
                 }
             }
@@ -233,16 +280,16 @@ impl VectorStore for EncryptedRedbStore {
         let docs = txn.open_table(DOCUMENTS)?;
         let Some(sealed) = docs.get(&hash)? else { return Ok(None) };
         let record = open_doc(&self.sealer, &hash, sealed.value())?;
-        let chunks_table = txn.open_table(CHUNKS)?;
+        let vectors = txn.open_table(VECTORS)?;
+        let texts = txn.open_table(TEXTS)?;
         let mut chunks = Vec::with_capacity(record.chunks as usize);
         for i in 0..record.chunks {
-            let Some(sealed) = chunks_table.get(&chunk_key(&hash, i))? else {
-                return Err(StoreError::corrupt(RecordKind::Chunk, "a chunk of a stored document is missing"));
-            };
-            let aad = Aad::Chunk { doc: &hash, index: i, generation: &record.generation };
-            let plain = self.sealer.open(aad, sealed.value())?;
+            let at = ChunkBinding { seq: record.first_seq + i as u64, doc: &hash, index: i, generation: &record.generation };
             let mut embedding = vec![0f32; self.dim];
-            let text = codec::decode_chunk(&plain, &mut embedding, true)?.unwrap_or_default();
+            let sealed = vectors.get(at.seq)?.ok_or_else(|| missing(RecordKind::ChunkVector))?;
+            codec::decode_vector(&self.sealer.open(Aad::Vector(at), sealed.value())?, &mut embedding)?;
+            let sealed = texts.get(at.seq)?.ok_or_else(|| missing(RecordKind::ChunkText))?;
+            let text = codec::decode_text(self.sealer.open(Aad::Text(at), sealed.value())?)?;
             chunks.push(Chunk { text, embedding });
         }
         Ok(Some(Document { id: record.id, title: record.title, metadata: record.metadata, chunks }))
@@ -261,17 +308,18 @@ impl VectorStore for EncryptedRedbStore {
         }
         // Begun under the index lock, so it reads the commit the index reflects.
         let txn = self.db.begin_read()?;
-        let chunks = txn.open_table(CHUNKS)?;
-        let mut scratch = vec![0f32; self.dim];
+        let texts = txn.open_table(TEXTS)?;
         hits.into_iter()
             .map(|hit| {
                 let doc = hit.doc;
-                let Some(sealed) = chunks.get(&chunk_key(&doc.hash, hit.chunk))? else {
-                    return Err(StoreError::corrupt(RecordKind::Chunk, "an indexed chunk is missing from the file"));
+                let at = ChunkBinding {
+                    seq: doc.first_seq + hit.chunk as u64,
+                    doc: &doc.hash,
+                    index: hit.chunk,
+                    generation: &doc.generation,
                 };
-                let aad = Aad::Chunk { doc: &doc.hash, index: hit.chunk, generation: &doc.generation };
-                let plain = self.sealer.open(aad, sealed.value())?;
-                let text = codec::decode_chunk(&plain, &mut scratch, true)?.unwrap_or_default();
+                let sealed = texts.get(at.seq)?.ok_or_else(|| missing(RecordKind::ChunkText))?;
+                let text = codec::decode_text(self.sealer.open(Aad::Text(at), sealed.value())?)?;
                 Ok(Passage {
                     passage_id: format!("{}#{}", doc.id, hit.chunk),
                     document_id: doc.id.clone(),
@@ -295,10 +343,17 @@ impl VectorStore for EncryptedRedbStore {
     }
 }
 
-/// Removes every chunk record of a document: one key range, whatever its chunk count was.
-fn remove_chunks(chunks: &mut redb::Table<'_, &'static [u8; 36], &'static [u8]>, doc: &DocHash) -> Result<()> {
-    let (first, last) = (chunk_key(doc, 0), chunk_key(doc, u32::MAX));
-    chunks.retain_in::<&[u8; 36], _>(&first..=&last, |_, _| false)?;
+fn missing(kind: RecordKind) -> StoreError {
+    StoreError::corrupt(kind, "a chunk record of a stored document is missing")
+}
+
+type SeqTable<'txn> = redb::Table<'txn, u64, &'static [u8]>;
+
+/// Removes a stored version's chunk records: one key range in each table.
+fn remove_chunks(vectors: &mut SeqTable<'_>, texts: &mut SeqTable<'_>, old: &DocRecord) -> Result<()> {
+    let range = old.first_seq..old.first_seq + old.chunks as u64;
+    vectors.retain_in::<u64, _>(range.clone(), |_, _| false)?;
+    texts.retain_in::<u64, _>(range, |_, _| false)?;
     Ok(())
 }
 
@@ -310,9 +365,25 @@ fn open_doc(sealer: &Sealer, hash: &DocHash, sealed: &[u8]) -> Result<DocRecord>
     Ok(record)
 }
 
+fn read_next_seq(txn: &WriteTransaction) -> Result<u64> {
+    let meta = txn.open_table(META)?;
+    let value = meta.get("next_seq")?;
+    decode_next_seq(value.as_ref().map(|v| v.value()))
+}
+
+fn decode_next_seq(value: Option<&[u8]>) -> Result<u64> {
+    match value {
+        None => Ok(0),
+        Some(bytes) => <[u8; 8]>::try_from(bytes)
+            .map(u64::from_le_bytes)
+            .map_err(|_| StoreError::corrupt(RecordKind::Config, "chunk sequence counter is not 8 bytes")),
+    }
+}
+
 /// On a new file: writes the format, key fingerprint and sealed config. On an existing one:
 /// checks them, in an order that gives the clearest error (format, then key, then dimension).
-fn check_or_init_meta(db: &Database, sealer: &Sealer, dimension: usize) -> Result<()> {
+/// Returns the next chunk sequence number.
+fn check_or_init_meta(db: &Database, sealer: &Sealer, dimension: usize) -> Result<u64> {
     let txn = db.begin_read()?;
     let meta = match txn.open_table(META) {
         Ok(meta) => meta,
@@ -327,10 +398,11 @@ fn check_or_init_meta(db: &Database, sealer: &Sealer, dimension: usize) -> Resul
                 let config = sealer.seal(Aad::Config, codec::encode_config(dimension as u32))?;
                 meta.insert("config", config.as_slice())?;
                 txn.open_table(DOCUMENTS)?;
-                txn.open_table(CHUNKS)?;
+                txn.open_table(VECTORS)?;
+                txn.open_table(TEXTS)?;
             }
             txn.commit()?;
-            return Ok(());
+            return Ok(0);
         }
         Err(e) => return Err(e.into()),
     };
@@ -351,83 +423,101 @@ fn check_or_init_meta(db: &Database, sealer: &Sealer, dimension: usize) -> Resul
     if stored != dimension {
         return Err(StoreError::DimensionMismatch { expected: stored, got: dimension });
     }
-    Ok(())
+    let next_seq = meta.get("next_seq")?;
+    decode_next_seq(next_seq.as_ref().map(|v| v.value()))
 }
 
-/// Rebuilds the index from the file, checking that every document has exactly its chunks.
-/// Chunk records are decrypted in parallel batches (the bulk of the open time at 1M chunks).
-fn load_index(db: &Database, sealer: &Sealer, dim: usize) -> Result<Index> {
+/// Rebuilds the index from the file, checking that the chunk records are exactly those the
+/// documents claim: every vector is decrypted (in parallel batches: the bulk of the open time
+/// at 1M chunks); texts are checked for presence here and authenticated when read.
+fn load_index(db: &Database, sealer: &Sealer, dim: usize, next_seq: u64) -> Result<Index> {
     let txn = db.begin_read()?;
     let docs = txn.open_table(DOCUMENTS)?;
-    let chunks = txn.open_table(CHUNKS)?;
+    let vectors = txn.open_table(VECTORS)?;
+    let texts = txn.open_table(TEXTS)?;
     let mut index = Index::new(dim);
-    let mut expected_chunks: Vec<u32> = Vec::with_capacity(docs.len()? as usize);
+    // (first_seq, chunks, slot) of every document.
+    let mut ranges: Vec<(u64, u32, u32)> = Vec::with_capacity(docs.len()? as usize);
     for entry in docs.iter()? {
         let (key, value) = entry?;
         let hash = *key.value();
         let record = open_doc(sealer, &hash, value.value())?;
+        let (first_seq, chunks) = (record.first_seq, record.chunks);
         let slot = index.insert_doc(DocEntry {
             hash,
             id: record.id,
             title: record.title,
             metadata: record.metadata,
             generation: record.generation,
+            first_seq,
             rows: Vec::new(),
-        }) as usize;
-        if expected_chunks.len() <= slot {
-            expected_chunks.resize(slot + 1, 0);
+        });
+        ranges.push((first_seq, chunks, slot));
+    }
+    ranges.sort_unstable();
+    let mut end = 0u64;
+    for &(first, chunks, _) in &ranges {
+        if first < end {
+            return Err(StoreError::corrupt(RecordKind::Document, "two documents claim the same chunks"));
         }
-        expected_chunks[slot] = record.chunks;
+        end = first + chunks as u64;
+    }
+    if end > next_seq {
+        // Upserts would hand out sequence numbers that are in use.
+        return Err(StoreError::corrupt(RecordKind::Config, "chunk sequence counter behind the stored chunks"));
     }
 
-    // Chunks come in key order: by document, then by index, so each must be the next one its
-    // document expects; a gap, a surplus or an orphan is corruption.
-    let mut batch: Vec<(u32, ChunkKey, Vec<u8>)> = Vec::with_capacity(LOAD_BATCH);
-    let flush = |index: &mut Index, batch: &mut Vec<(u32, ChunkKey, Vec<u8>)>| -> Result<()> {
-        let shared: &Index = index;
-        let vectors = batch
-            .par_iter()
-            .map(|(slot, key, sealed)| {
-                let (hash, i) = split_chunk_key(key);
-                let generation = shared.entry(*slot).generation;
-                let plain = sealer.open(Aad::Chunk { doc: &hash, index: i, generation: &generation }, sealed)?;
-                let mut v = vec![0f32; dim];
-                codec::decode_chunk(&plain, &mut v, false)?;
-                Ok(v)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        for ((slot, _, _), v) in batch.iter().zip(&vectors) {
-            index.push_chunk(*slot, v);
-        }
-        batch.clear();
-        Ok(())
-    };
-    let mut pending: HashMap<u32, u32> = HashMap::new(); // slot -> chunks queued in `batch`
-    for entry in chunks.iter()? {
-        let (key, value) = entry?;
-        let key = *key.value();
-        let (hash, i) = split_chunk_key(&key);
-        let slot = index
-            .slot_of(&hash)
-            .ok_or_else(|| StoreError::corrupt(RecordKind::Chunk, "chunk without a document"))?;
-        let have = index.entry(slot).rows.len() as u32 + pending.get(&slot).copied().unwrap_or(0);
-        if i != have || i >= expected_chunks[slot as usize] {
-            return Err(StoreError::corrupt(RecordKind::Chunk, "chunk out of sequence or beyond its document's count"));
-        }
-        *pending.entry(slot).or_default() += 1;
-        batch.push((slot, key, value.value().to_vec()));
-        if batch.len() == LOAD_BATCH {
-            flush(&mut index, &mut batch)?;
-            pending.clear();
+    // Both tables must hold exactly the documents' ranges, in order: walk them side by side.
+    let mismatch = |kind| StoreError::corrupt(kind, "chunk records do not match their documents");
+    let mut vector_entries = vectors.iter()?;
+    let mut text_keys = texts.iter()?;
+    let mut batch: Vec<(u32, u32, u64, Vec<u8>)> = Vec::with_capacity(LOAD_BATCH);
+    for &(first, chunks, slot) in &ranges {
+        for i in 0..chunks {
+            let seq = first + i as u64;
+            let (key, value) = vector_entries.next().ok_or_else(|| mismatch(RecordKind::ChunkVector))??;
+            if key.value() != seq {
+                return Err(mismatch(RecordKind::ChunkVector));
+            }
+            let (key, _) = text_keys.next().ok_or_else(|| mismatch(RecordKind::ChunkText))??;
+            if key.value() != seq {
+                return Err(mismatch(RecordKind::ChunkText));
+            }
+            batch.push((slot, i, seq, value.value().to_vec()));
+            if batch.len() == LOAD_BATCH {
+                push_vectors(&mut index, sealer, &mut batch)?;
+            }
         }
     }
-    flush(&mut index, &mut batch)?;
-    for (slot, &want) in expected_chunks.iter().enumerate() {
-        if index.entry(slot as u32).rows.len() != want as usize {
-            return Err(StoreError::corrupt(RecordKind::Document, "document is missing chunks"));
-        }
+    push_vectors(&mut index, sealer, &mut batch)?;
+    if vector_entries.next().is_some() {
+        return Err(StoreError::corrupt(RecordKind::ChunkVector, "a vector record belongs to no document"));
+    }
+    if text_keys.next().is_some() {
+        return Err(StoreError::corrupt(RecordKind::ChunkText, "a text record belongs to no document"));
     }
     Ok(index)
+}
+
+/// Decrypts a batch of vector records in parallel and appends them to their documents (the
+/// batch is in sequence order, so each document's chunks arrive in index order).
+fn push_vectors(index: &mut Index, sealer: &Sealer, batch: &mut Vec<(u32, u32, u64, Vec<u8>)>) -> Result<()> {
+    let shared: &Index = index;
+    let vectors = batch
+        .par_iter()
+        .map(|(slot, i, seq, sealed)| {
+            let doc = shared.entry(*slot);
+            let at = ChunkBinding { seq: *seq, doc: &doc.hash, index: *i, generation: &doc.generation };
+            let mut v = vec![0f32; shared.dim()];
+            codec::decode_vector(&sealer.open(Aad::Vector(at), sealed)?, &mut v)?;
+            Ok(v)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for ((slot, _, _, _), v) in batch.iter().zip(&vectors) {
+        index.push_chunk(*slot, v);
+    }
+    batch.clear();
+    Ok(())
 }
 
 #[cfg(test)]

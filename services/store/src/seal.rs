@@ -35,27 +35,20 @@ const TAG_LEN: usize = 16;
 /// Bytes a sealed record adds to its plaintext.
 pub(crate) const SEAL_OVERHEAD: usize = NONCE_LEN + TAG_LEN;
 
-/// The table key of a document and of its chunks: HMAC-SHA256 of the document id.
+/// The table key of a document: HMAC-SHA256 of its id.
 pub(crate) type DocHash = [u8; 32];
 /// A random value per stored version of a document, bound into its chunks' associated data so
 /// that a chunk of an earlier version cannot be replayed into the current one.
 pub(crate) type Generation = [u8; 16];
-/// Table key of a chunk: document hash then the chunk index, big-endian so that a document's
-/// chunks are one contiguous key range in index order.
-pub(crate) type ChunkKey = [u8; 36];
 
-pub(crate) fn chunk_key(doc: &DocHash, index: u32) -> ChunkKey {
-    let mut key = [0u8; 36];
-    key[..32].copy_from_slice(doc);
-    key[32..].copy_from_slice(&index.to_be_bytes());
-    key
-}
-
-pub(crate) fn split_chunk_key(key: &ChunkKey) -> (DocHash, u32) {
-    let mut doc = [0u8; 32];
-    doc.copy_from_slice(&key[..32]);
-    let index = u32::from_be_bytes([key[32], key[33], key[34], key[35]]);
-    (doc, index)
+/// Where a chunk record belongs: its own table key (a sequence number), and the document,
+/// position and version it is part of.
+#[derive(Clone, Copy)]
+pub(crate) struct ChunkBinding<'a> {
+    pub(crate) seq: u64,
+    pub(crate) doc: &'a DocHash,
+    pub(crate) index: u32,
+    pub(crate) generation: &'a Generation,
 }
 
 /// Associated data of each record kind. The leading label keeps kinds apart even where the
@@ -63,7 +56,8 @@ pub(crate) fn split_chunk_key(key: &ChunkKey) -> (DocHash, u32) {
 pub(crate) enum Aad<'a> {
     Config,
     Document(&'a DocHash),
-    Chunk { doc: &'a DocHash, index: u32, generation: &'a Generation },
+    Vector(ChunkBinding<'a>),
+    Text(ChunkBinding<'a>),
 }
 
 impl Aad<'_> {
@@ -71,24 +65,28 @@ impl Aad<'_> {
         match self {
             Aad::Config => RecordKind::Config,
             Aad::Document(_) => RecordKind::Document,
-            Aad::Chunk { .. } => RecordKind::Chunk,
+            Aad::Vector(_) => RecordKind::ChunkVector,
+            Aad::Text(_) => RecordKind::ChunkText,
         }
     }
 
     fn bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(80);
+        let mut out = Vec::with_capacity(96);
+        let chunk = |out: &mut Vec<u8>, label: &[u8], b: &ChunkBinding<'_>| {
+            out.extend_from_slice(label);
+            out.extend_from_slice(&b.seq.to_be_bytes());
+            out.extend_from_slice(&b.doc[..]);
+            out.extend_from_slice(&b.index.to_be_bytes());
+            out.extend_from_slice(&b.generation[..]);
+        };
         match self {
             Aad::Config => out.extend_from_slice(b"gelo-store/v1/config"),
             Aad::Document(doc) => {
                 out.extend_from_slice(b"gelo-store/v1/document");
                 out.extend_from_slice(&doc[..]);
             }
-            Aad::Chunk { doc, index, generation } => {
-                out.extend_from_slice(b"gelo-store/v1/chunk");
-                out.extend_from_slice(&doc[..]);
-                out.extend_from_slice(&index.to_be_bytes());
-                out.extend_from_slice(&generation[..]);
-            }
+            Aad::Vector(b) => chunk(&mut out, b"gelo-store/v1/vector", b),
+            Aad::Text(b) => chunk(&mut out, b"gelo-store/v1/text", b),
         }
         out
     }
@@ -178,31 +176,32 @@ mod tests {
         let doc = s.doc_hash("a");
         let other = s.doc_hash("b");
         let generation = [9u8; 16];
-        let sealed = s.seal(Aad::Chunk { doc: &doc, index: 3, generation: &generation }, b"secret text".to_vec()).unwrap();
+        let at = ChunkBinding { seq: 40, doc: &doc, index: 3, generation: &generation };
+        let sealed = s.seal(Aad::Text(at), b"secret text".to_vec()).unwrap();
         assert_eq!(sealed.len(), 11 + SEAL_OVERHEAD);
-        let opened = s.open(Aad::Chunk { doc: &doc, index: 3, generation: &generation }, &sealed).unwrap();
-        assert_eq!(opened, b"secret text");
+        assert_eq!(s.open(Aad::Text(at), &sealed).unwrap(), b"secret text");
 
         // Any change of the binding fails, naming the record kind.
-        for aad in [
-            Aad::Chunk { doc: &other, index: 3, generation: &generation },
-            Aad::Chunk { doc: &doc, index: 4, generation: &generation },
-            Aad::Chunk { doc: &doc, index: 3, generation: &[8u8; 16] },
+        let older = [8u8; 16];
+        for moved in [
+            ChunkBinding { seq: 41, ..at },
+            ChunkBinding { doc: &other, ..at },
+            ChunkBinding { index: 4, ..at },
+            ChunkBinding { generation: &older, ..at },
         ] {
-            match s.open(aad, &sealed) {
-                Err(StoreError::Corrupt { kind: RecordKind::Chunk, .. }) => {}
-                other => panic!("expected a corrupt chunk, got {other:?}"),
+            match s.open(Aad::Text(moved), &sealed) {
+                Err(StoreError::Corrupt { kind: RecordKind::ChunkText, .. }) => {}
+                other => panic!("expected a corrupt chunk text, got {other:?}"),
             }
         }
-        assert!(matches!(
-            s.open(Aad::Document(&doc), &sealed),
-            Err(StoreError::Corrupt { kind: RecordKind::Document, .. })
-        ));
+        // A text record is not a vector record, nor a document.
+        assert!(matches!(s.open(Aad::Vector(at), &sealed), Err(StoreError::Corrupt { kind: RecordKind::ChunkVector, .. })));
+        assert!(matches!(s.open(Aad::Document(&doc), &sealed), Err(StoreError::Corrupt { kind: RecordKind::Document, .. })));
         // Another key fails too.
-        assert!(sealer(2).open(Aad::Chunk { doc: &doc, index: 3, generation: &generation }, &sealed).is_err());
+        assert!(sealer(2).open(Aad::Text(at), &sealed).is_err());
         // Truncated records fail cleanly.
         for len in 0..sealed.len() {
-            assert!(s.open(Aad::Chunk { doc: &doc, index: 3, generation: &generation }, &sealed[..len]).is_err());
+            assert!(s.open(Aad::Text(at), &sealed[..len]).is_err());
         }
     }
 

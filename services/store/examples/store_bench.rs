@@ -1,0 +1,208 @@
+//! Document store benchmark: ingest rate, open (reload) time and query latency of
+//! `EncryptedRedbStore` at a given number of chunks.
+//!
+//! ```sh
+//! cargo run --release -p gelo-store --example store_bench -- --chunks 100000,1000000
+//! ```
+//!
+//! Options: `--chunks N[,N...]` (default 100000), `--dim D` (384), `--chunks-per-doc C` (10),
+//! `--docs-per-commit B` (100), `--text-bytes T` (600), `--queries Q` (50), `--top-k K` (10),
+//! `--dir PATH` (a temporary folder under the system temp dir; removed afterwards).
+//!
+//! Vectors are random unit vectors, texts random words: the store's cost does not depend on
+//! what they mean. Each size runs in a fresh store.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use store::{Chunk, Document, EncryptedRedbStore, SealingKey, VectorStore};
+
+struct Options {
+    chunks: Vec<usize>,
+    dim: usize,
+    chunks_per_doc: usize,
+    docs_per_commit: usize,
+    text_bytes: usize,
+    queries: usize,
+    top_k: usize,
+    dir: Option<PathBuf>,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut o = Options {
+        chunks: vec![100_000],
+        dim: 384,
+        chunks_per_doc: 10,
+        docs_per_commit: 100,
+        text_bytes: 600,
+        queries: 50,
+        top_k: 10,
+        dir: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
+        match flag.as_str() {
+            "--chunks" => o.chunks = value.split(',').map(num).collect::<Result<_, _>>()?,
+            "--dim" => o.dim = num(&value)?,
+            "--chunks-per-doc" => o.chunks_per_doc = num(&value)?,
+            "--docs-per-commit" => o.docs_per_commit = num(&value)?,
+            "--text-bytes" => o.text_bytes = num(&value)?,
+            "--queries" => o.queries = num(&value)?,
+            "--top-k" => o.top_k = num(&value)?,
+            "--dir" => o.dir = Some(PathBuf::from(value)),
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(o)
+}
+
+fn unit(rng: &mut ChaCha8Rng, dim: usize) -> Vec<f32> {
+    let v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.into_iter().map(|x| x / n).collect()
+}
+
+fn text(rng: &mut ChaCha8Rng, bytes: usize) -> String {
+    const WORDS: [&str; 12] = ["the", "cell", "protein", "binding", "of", "results", "in", "patients", "with", "increased", "risk", "study"];
+    let mut s = String::with_capacity(bytes + 16);
+    while s.len() < bytes {
+        s.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+        s.push(' ');
+    }
+    s
+}
+
+fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn run(o: &Options, total_chunks: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let base = o.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new().prefix("gelo-store-bench").tempdir_in(base)?;
+    let path = dir.path().join("bench.redb");
+    let key = SealingKey::generate()?;
+    let mut rng = ChaCha8Rng::seed_from_u64(total_chunks as u64);
+    let docs = total_chunks.div_ceil(o.chunks_per_doc);
+
+    // 1. Ingest, one commit per batch of documents. Generating the inputs is timed apart.
+    let store = EncryptedRedbStore::open(&path, &key, o.dim)?;
+    let (mut ingest, mut generate) = (Duration::ZERO, Duration::ZERO);
+    let mut written = 0;
+    let mut d = 0;
+    while d < docs {
+        let t = Instant::now();
+        let batch: Vec<Document> = (d..(d + o.docs_per_commit).min(docs))
+            .map(|i| {
+                let n = o.chunks_per_doc.min(total_chunks - i * o.chunks_per_doc);
+                Document {
+                    id: format!("doc-{i}"),
+                    title: format!("Document {i}"),
+                    metadata: [("source".to_string(), format!("bench/{i}.txt"))].into(),
+                    chunks: (0..n).map(|_| Chunk { text: text(&mut rng, o.text_bytes), embedding: unit(&mut rng, o.dim) }).collect(),
+                }
+            })
+            .collect();
+        generate += t.elapsed();
+        let t = Instant::now();
+        store.upsert(&batch)?;
+        ingest += t.elapsed();
+        written += batch.iter().map(|b| b.chunks.len()).sum::<usize>();
+        d += o.docs_per_commit;
+    }
+    let stats = store.stats()?;
+    assert_eq!(stats.chunks as usize, written);
+    let rss_after_ingest = rss_mib();
+    drop(store);
+
+    // 2. Reopen: integrity check, decrypt every chunk, rebuild the index.
+    let t = Instant::now();
+    let store = EncryptedRedbStore::open(&path, &key, o.dim)?;
+    let open = t.elapsed();
+    assert_eq!(store.stats()?.chunks as usize, written);
+
+    // 3. Queries (after 3 warm-up queries).
+    let queries: Vec<Vec<f32>> = (0..o.queries + 3).map(|_| unit(&mut rng, o.dim)).collect();
+    for q in &queries[..3] {
+        store.search(q, o.top_k)?;
+    }
+    let mut lat: Vec<Duration> = queries[3..]
+        .iter()
+        .map(|q| {
+            let t = Instant::now();
+            let hits = store.search(q, o.top_k).map(|h| h.len());
+            (t.elapsed(), hits)
+        })
+        .map(|(d, hits)| {
+            assert_eq!(hits.ok(), Some(o.top_k.min(written)));
+            d
+        })
+        .collect();
+    lat.sort();
+    let mean = lat.iter().sum::<Duration>() / lat.len() as u32;
+
+    println!(
+        "chunks {written} (docs {docs}, dim {}, text {} B, {} docs/commit, threads {})",
+        o.dim,
+        o.text_bytes,
+        o.docs_per_commit,
+        rayon::current_num_threads()
+    );
+    println!(
+        "  ingest   {:.1} s  {:.0} chunks/s  {:.0} docs/s   (input generation {:.1} s, not counted)",
+        ingest.as_secs_f64(),
+        written as f64 / ingest.as_secs_f64(),
+        docs as f64 / ingest.as_secs_f64(),
+        generate.as_secs_f64()
+    );
+    println!(
+        "  file     {:.0} MiB ({:.0} B/chunk)",
+        stats.bytes_on_disk as f64 / (1 << 20) as f64,
+        stats.bytes_on_disk as f64 / written as f64
+    );
+    println!("  reopen   {:.2} s (integrity check, decrypt all vectors, rebuild index)", open.as_secs_f64());
+    println!(
+        "  query    top-{}: p50 {:.1} ms  p95 {:.1} ms  mean {:.1} ms  max {:.1} ms  ({} queries)",
+        o.top_k,
+        ms(percentile(&lat, 0.5)),
+        ms(percentile(&lat, 0.95)),
+        ms(mean),
+        ms(*lat.last().unwrap()),
+        lat.len()
+    );
+    if let (Some(a), Some(b)) = (rss_after_ingest, rss_mib()) {
+        println!("  RSS      {a:.0} MiB after ingest, {b:.0} MiB after reopen and queries");
+    }
+    Ok(())
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("store_bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    for &n in &o.chunks {
+        if let Err(e) = run(&o, n) {
+            eprintln!("store_bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}
