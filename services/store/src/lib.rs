@@ -67,7 +67,8 @@ pub struct Passage {
 pub struct Stats {
     pub documents: u64,
     pub chunks: u64,
-    /// Size of the store's files on disk.
+    /// Disk space the store's file takes (allocated blocks on Unix, where the file's length
+    /// can be larger: redb extends it ahead of the data).
     pub bytes_on_disk: u64,
 }
 

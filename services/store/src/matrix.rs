@@ -41,7 +41,7 @@ impl Matrix {
     /// Appends a row (`row.len() == dim`, checked by the caller) and returns its index.
     pub(crate) fn push(&mut self, row: &[f32]) -> usize {
         debug_assert_eq!(row.len(), self.dim);
-        if self.len % Self::SEGMENT_ROWS == 0 {
+        if self.len.is_multiple_of(Self::SEGMENT_ROWS) {
             self.segments.push(Vec::new());
         }
         let last = self.segments.len() - 1;

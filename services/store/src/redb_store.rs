@@ -338,7 +338,13 @@ impl VectorStore for EncryptedRedbStore {
             let index = self.read_index()?;
             (index.documents() as u64, index.chunks() as u64)
         };
-        let bytes_on_disk = std::fs::metadata(&self.path)?.len();
+        let meta = std::fs::metadata(&self.path)?;
+        // redb grows its file ahead of the data by extending it, which leaves the tail sparse:
+        // the blocks actually allocated are what the store costs on disk.
+        #[cfg(unix)]
+        let bytes_on_disk = std::os::unix::fs::MetadataExt::blocks(&meta) * 512;
+        #[cfg(not(unix))]
+        let bytes_on_disk = meta.len();
         Ok(Stats { documents, chunks, bytes_on_disk })
     }
 }

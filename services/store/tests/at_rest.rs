@@ -119,7 +119,9 @@ fn store_files_hold_no_plaintext() {
 }
 
 /// Every piece of content the store answers with, for comparing before and after tampering.
-fn snapshot(store: &EncryptedRedbStore, docs: &[Document]) -> Result<(Vec<Option<Document>>, Vec<Vec<Passage>>), StoreError> {
+type Snapshot = (Vec<Option<Document>>, Vec<Vec<Passage>>);
+
+fn snapshot(store: &EncryptedRedbStore, docs: &[Document]) -> Result<Snapshot, StoreError> {
     let got = docs.iter().map(|d| store.get(&d.id)).collect::<Result<Vec<_>, _>>()?;
     let hits = (0..4).map(|q| store.search(&vector(q * 3, 1), 6)).collect::<Result<Vec<_>, _>>()?;
     Ok((got, hits))

@@ -167,7 +167,10 @@ fn rejects_bad_parameters_and_offsets() {
     let text = "héllo world";
     assert!(matches!(chunk_text(text, whitespace_tokens, 0, 0), Err(StoreError::InvalidInput(_))));
     assert!(matches!(chunk_text(text, whitespace_tokens, 3, 3), Err(StoreError::InvalidInput(_))));
-    for bad in [vec![0..50], vec![2..4], vec![6..11, 0..5], vec![3..1]] {
-        assert!(matches!(chunk_by_offsets(text, &bad, 4, 1), Err(StoreError::InvalidInput(_))), "{bad:?}");
+    // Past the end, inside a character, out of order, start after end.
+    #[allow(clippy::reversed_empty_ranges, clippy::single_range_in_vec_init)]
+    let bad: [&[Range<usize>]; 4] = [&[0..50], &[2..4], &[6..11, 0..5], &[3..1]];
+    for offsets in bad {
+        assert!(matches!(chunk_by_offsets(text, offsets, 4, 1), Err(StoreError::InvalidInput(_))), "{offsets:?}");
     }
 }

@@ -166,7 +166,8 @@ fn document_records_cannot_be_swapped_or_altered() {
 
 #[test]
 fn missing_and_orphan_chunk_records_fail_the_open() {
-    let cases: [(&str, fn(Raw<'_, '_>), RecordKind); 5] = [
+    type Alter = fn(Raw<'_, '_>);
+    let cases: [(&str, Alter, RecordKind); 5] = [
         ("last vector of a removed", |t| drop(t.vectors.remove(2).unwrap()), RecordKind::ChunkVector),
         ("middle text of a removed", |t| drop(t.texts.remove(1).unwrap()), RecordKind::ChunkText),
         ("document b removed", |t| drop(t.docs.remove(&hash("b")).unwrap()), RecordKind::ChunkVector),
