@@ -64,4 +64,13 @@ if [ ! -f "$models/qwen3-tokenizer/tokenizer.json" ]; then
   rm -rf "$models/qwen3-tokenizer" && mv "$src" "$models/qwen3-tokenizer"
 fi
 
+# Tiny random-weight Qwen3 and BERT cross-encoder checkpoints (deterministic: numpy's frozen
+# RandomState), checked against transformers outputs in services/models/tests/fixtures/hf.
+if [ ! -f "$models/tiny/bert-ce-tiny/model.safetensors" ]; then
+  python3 -c "import numpy" 2>/dev/null || python3 -m pip install --quiet "numpy>=1.26,<3"
+  python3 "$(dirname "$0")/reference/hf_reference.py" generate "$models/tiny.part" \
+    --qwen3-tokenizer "$models/qwen3-tokenizer" --bert-tokenizer "$models/all-minilm-l6-v2"
+  rm -rf "$models/tiny" && mv "$models/tiny.part" "$models/tiny"
+fi
+
 echo "models ready in $models"

@@ -138,7 +138,7 @@ impl Engine for CpuEngine {
 /// Up to this many rows, products stream the weight once (`small_m`) instead of packing
 /// it for a blocked GEMM: decode steps (one row plus shield rows) are weight-bandwidth
 /// bound, and packing would read and write the whole weight again.
-pub const SMALL_M: usize = 16;
+pub const SMALL_M: usize = 32;
 
 /// `y = x·W` for few rows: every weight element is read once from memory and used for all
 /// rows while it is in cache. Parallel over output columns.

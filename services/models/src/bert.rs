@@ -98,7 +98,7 @@ impl Bert {
         let linear = |name: String, d_in: usize, d_out: usize| -> Result<Linear> {
             let data = t.weight(&format!("{name}.weight"), &[d_out, d_in])?;
             let id = WeightId::new(format!("{tag}/{name}"));
-            exec.provision(id.clone(), Weight { d_in, d_out, layout: WeightLayout::OutIn, data })?;
+            crate::load::provision_shared(exec.as_ref(), &id, Weight { d_in, d_out, layout: WeightLayout::OutIn, data })?;
             Ok(Linear { id, bias: vec(format!("{name}.bias"), d_out)? })
         };
         let word = t.f32(&format!("{p}embeddings.word_embeddings.weight"), &[cfg.vocab_size, d])?;

@@ -182,7 +182,7 @@ impl Decoder {
         let linear = |name: String, d_in: usize, d_out: usize| -> Result<WeightId> {
             let data = t.weight(&format!("{name}.weight"), &[d_out, d_in])?;
             let id = WeightId::new(format!("{tag}/{name}"));
-            exec.provision(id.clone(), Weight { d_in, d_out, layout: WeightLayout::OutIn, data })?;
+            crate::load::provision_shared(exec.as_ref(), &id, Weight { d_in, d_out, layout: WeightLayout::OutIn, data })?;
             Ok(id)
         };
         let embed: Arc<[f32]> = t.f32("model.embed_tokens.weight", &[cfg.vocab_size, d])?.into();
@@ -230,7 +230,7 @@ impl Decoder {
         } else {
             WeightData::F32(embed.clone())
         };
-        exec.provision(lm_head.clone(), Weight { d_in: d, d_out: cfg.vocab_size, layout: WeightLayout::OutIn, data })?;
+        crate::load::provision_shared(exec.as_ref(), &lm_head, Weight { d_in: d, d_out: cfg.vocab_size, layout: WeightLayout::OutIn, data })?;
         let rope = Rope::new(cfg.rope_theta, hd);
         Ok(Decoder { cfg, exec, tag: tag.to_string(), embed, layers, final_norm, lm_head, rope })
     }
@@ -263,7 +263,7 @@ impl Decoder {
             rows.extend_from_slice(&full[tok * d..(tok + 1) * d]);
         }
         let id = WeightId::new(format!("{}/{name}", self.tag));
-        self.exec.provision(id.clone(), Weight::f32(d, tokens.len(), WeightLayout::OutIn, rows))?;
+        crate::load::provision_shared(self.exec.as_ref(), &id, Weight::f32(d, tokens.len(), WeightLayout::OutIn, rows))?;
         Ok(id)
     }
 

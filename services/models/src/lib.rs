@@ -18,6 +18,7 @@ pub mod hub;
 pub mod identity;
 mod load;
 pub mod ops;
+pub mod random;
 pub mod roles;
 pub mod sampler;
 pub mod tensors;

@@ -37,6 +37,9 @@ struct StEntry {
 enum Store {
     Safetensors { maps: Vec<Mmap>, index: HashMap<String, StEntry> },
     Gguf(gguf::GgufFile),
+    /// Deterministic random weights of given shapes (benchmarks at real model shapes
+    /// without the files); norms are ones, everything else N(0, 0.02²).
+    Random { shapes: HashMap<String, Vec<usize>>, seed: u64 },
 }
 
 /// All tensors of one model.
@@ -78,8 +81,14 @@ impl Tensors {
         Ok(Tensors(Store::Safetensors { maps, index }))
     }
 
+    /// Random tensors with these names and shapes (seeded per name).
+    pub fn random(shapes: HashMap<String, Vec<usize>>, seed: u64) -> Self {
+        Tensors(Store::Random { shapes, seed })
+    }
+
     pub fn has(&self, name: &str) -> bool {
         match &self.0 {
+            Store::Random { shapes, .. } => shapes.contains_key(name),
             Store::Safetensors { index, .. } => index.contains_key(name),
             Store::Gguf(g) => gguf::names::hf_to_gguf(name).is_some_and(|n| g.has_tensor(&n)),
         }
@@ -98,6 +107,22 @@ impl Tensors {
                     other => return Err(ModelError::UnsupportedDtype { name: name.to_string(), dtype: format!("{other:?}") }),
                 };
                 Ok(Tensor { shape: e.shape.clone(), data })
+            }
+            Store::Random { shapes, seed } => {
+                let shape = shapes.get(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?.clone();
+                let n: usize = shape.iter().product();
+                let norm = name.contains("norm") || name.contains("LayerNorm.weight");
+                let data: Vec<f32> = if norm && !name.ends_with("bias") {
+                    vec![1.0; n]
+                } else {
+                    use rand::{RngExt, SeedableRng};
+                    let h = name.bytes().fold(*seed ^ 0x9e37_79b9_7f4a_7c15, |a, b| a.rotate_left(5) ^ b as u64);
+                    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(h);
+                    // Uniform with the variance of N(0, 0.02²): cheap and bounded.
+                    let a = 0.02 * 3f32.sqrt();
+                    (0..n).map(|_| rng.random_range(-a..a)).collect()
+                };
+                Ok(Tensor { shape, data: WeightData::F32(Arc::from(data)) })
             }
             Store::Gguf(g) => {
                 let gname = gguf::names::hf_to_gguf(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;

@@ -19,6 +19,8 @@ enum What {
     Protocol(ProtocolArgs),
     /// Raw engine products `x·W` for a range of row counts.
     Engine(EngineArgs),
+    /// Whole-model forward (embedding) or decode at real shapes, plain vs masked.
+    Model(super::bench_model::ModelArgs),
     /// The Vulkan engine on one GPU: GEMM throughput, decode round trip, masked blocks.
     Gpu(super::bench_gpu::Args),
 }
@@ -105,6 +107,7 @@ pub fn run(args: Args) -> Result<()> {
     match args.what {
         What::Protocol(a) => protocol_bench(a),
         What::Engine(a) => engine_bench(a),
+        What::Model(a) => super::bench_model::run(a),
         What::Gpu(a) => super::bench_gpu::run(a),
     }
 }

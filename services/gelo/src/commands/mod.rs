@@ -5,3 +5,4 @@ pub mod engine;
 pub mod models;
 pub mod config;
 pub mod serve;
+pub mod bench_model;

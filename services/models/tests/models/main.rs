@@ -4,4 +4,5 @@ mod generation;
 mod llama_cpp;
 mod loading;
 mod minilm;
+mod qwen3;
 mod support;

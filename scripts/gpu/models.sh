@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device run for the model-level measurements and the Hugging Face references:
+#   1. tiny random-weight Qwen3 / BERT cross-encoder checkpoints and their transformers outputs
+#      (scripts/reference/hf_reference.py; the tokenizers are carried in .devref/);
+#   2. `gelo bench model` on the Vulkan engine: embedding forward (BERT-base, Qwen3-0.6B,
+#      batch 32) and Qwen3-1.7B decode (B = 1, 8), plain vs masked.
+# Everything lands in $OUT (or ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out="${OUT:-gpu-out}"
+mkdir -p "$out"
+bin="${1:-.devbin/gelo}"
+if ! ldconfig -p | grep -q libvulkan.so.1; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
+export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1 RUST_LOG="${RUST_LOG:-warn}"
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; nproc; } >"$out/env.txt" 2>&1
+
+stage() { # name seconds command...
+  local name=$1 secs=$2
+  shift 2
+  echo "=== $name" | tee -a "$out/log.txt"
+  local t0=$SECONDS
+  timeout "$secs" "$@" 2>>"$out/log.txt" | tee "$out/$name.md"
+  echo "=== $name rc=${PIPESTATUS[0]} $((SECONDS - t0))s" | tee -a "$out/log.txt"
+}
+
+stage hf_generate 120 python3 scripts/reference/hf_reference.py generate /tmp/tiny \
+  --qwen3-tokenizer .devref/qwen3-tokenizer --bert-tokenizer .devref/minilm
+sha256sum /tmp/tiny/*/model.safetensors | tee "$out/tiny_sha256.txt"
+stage hf_reference 240 python3 scripts/reference/hf_reference.py reference /tmp/tiny "$out"
+stage bert_base 240 "$bin" bench model --arch bert-base --engine vulkan --batch 32 --n 128,256,512 --reps 3
+stage qwen3_06b 300 "$bin" bench model --arch qwen3-0.6b --engine vulkan --batch 32 --n 128,256 --reps 2
+stage qwen3_17b_decode 300 "$bin" bench model --arch qwen3-1.7b --engine vulkan --decode --batch 1,8 --prompt 32 --steps 32 --reps 2

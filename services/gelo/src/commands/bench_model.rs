@@ -1,0 +1,207 @@
+//! `gelo bench model`: whole-model forward passes at real shapes (random weights), plain vs
+//! masked on one engine kind, interleaved so drift hits both alike; engine vs TEE time from
+//! a timed engine wrapper.
+
+use std::{sync::Arc, time::Instant};
+
+use anyhow::{bail, Result};
+use kernels::{timing::TimedEngine, Engine};
+use models::{
+    bert::Encoded,
+    random::{self, Arch},
+    sampler::argmax,
+};
+use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
+
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// bert-base, qwen3-0.6b or qwen3-1.7b.
+    #[arg(long, default_value = "bert-base")]
+    arch: String,
+    /// Engine spec (cpu, vulkan, vulkan:N).
+    #[arg(long, default_value = "cpu")]
+    engine: String,
+    /// Mask family of the masked runs.
+    #[arg(long, default_value = "auto")]
+    mask: MaskKind,
+    /// U-Verify probes in the masked runs (0: off).
+    #[arg(long, default_value_t = 0)]
+    verify_probes: usize,
+    /// Sequences per forward pass (embedding) or decode batch sizes (with --decode).
+    #[arg(long, value_delimiter = ',', default_value = "32")]
+    batch: Vec<usize>,
+    /// Tokens per sequence (embedding).
+    #[arg(long, value_delimiter = ',', default_value = "128,256,512")]
+    n: Vec<usize>,
+    /// Measure decode instead: prefill `--prompt` tokens, then `--steps` decode steps.
+    #[arg(long)]
+    decode: bool,
+    #[arg(long, default_value_t = 32)]
+    prompt: usize,
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Timed repetitions per cell (medians reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+}
+
+struct Side {
+    timed: Arc<TimedEngine<Arc<dyn Engine>>>,
+    exec: Arc<dyn Executor>,
+}
+
+fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
+    let make = |masked: bool| -> Result<Side> {
+        let timed = Arc::new(TimedEngine::new(kernels_wgpu::open_engine(&a.engine)?));
+        let engine: Arc<dyn Engine> = timed.clone();
+        let exec: Arc<dyn Executor> = if masked {
+            let verify = (a.verify_probes > 0).then_some(UVerifyConfig { probes: a.verify_probes, range: 3 });
+            Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask: a.mask, verify, ..Default::default() })?)
+        } else {
+            Arc::new(PlaintextExecutor::new(engine))
+        };
+        Ok(Side { timed, exec })
+    };
+    Ok((make(false)?, make(true)?))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn tokens(count: usize, vocab: usize, salt: usize) -> Vec<u32> {
+    // Deterministic ids away from the special-token range.
+    (0..count).map(|i| (1000 + (i * 7919 + salt * 104_729) % (vocab - 2000)) as u32).collect()
+}
+
+pub fn run(a: ModelArgs) -> Result<()> {
+    let Some(arch) = random::by_name(&a.arch) else { bail!("unknown arch {}", a.arch) };
+    let (plain, masked) = sides(&a)?;
+    let t = Instant::now();
+    eprintln!("building {} twice with random weights on {}...", a.arch, a.engine);
+    match arch {
+        Arch::Bert(cfg) => {
+            let vocab = cfg.vocab_size;
+            let mp = random::bert(cfg.clone(), plain.exec.clone(), 1)?;
+            let mm = random::bert(cfg, masked.exec.clone(), 1)?;
+            eprintln!("provisioned in {:.1}s", t.elapsed().as_secs_f64());
+            println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | masked engine share |");
+            println!("|---|---|---|---|---|---|");
+            for &b in &a.batch {
+                for &n in &a.n {
+                    let seqs: Vec<Encoded> = (0..b).map(|i| {
+                        let ids = tokens(n, vocab, i);
+                        Encoded { types: vec![0; ids.len()], ids }
+                    }).collect();
+                    let run = |m: &models::bert::Bert, side: &Side| -> Result<(f64, f64)> {
+                        let (t, e0) = (Instant::now(), side.timed.seconds());
+                        m.forward(&seqs)?;
+                        Ok((t.elapsed().as_secs_f64(), side.timed.seconds() - e0))
+                    };
+                    cells(&a, b, n, "bert", || run(&mp, &plain), || run(&mm, &masked))?;
+                }
+            }
+        }
+        Arch::Decoder(cfg) => {
+            let vocab = cfg.vocab_size;
+            let dp = random::decoder(cfg.clone(), plain.exec.clone(), 1)?;
+            let dm = random::decoder(cfg, masked.exec.clone(), 1)?;
+            eprintln!("provisioned in {:.1}s", t.elapsed().as_secs_f64());
+            if a.decode {
+                println!("| model | batch | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | masked engine share |");
+                println!("|---|---|---|---|---|---|---|---|---|");
+                for &b in &a.batch {
+                    let mut rows: Vec<(f64, f64, f64, f64, f64)> = Vec::new();
+                    for _ in 0..a.reps {
+                        let (tp, ttp, _) = decode(&dp, &plain, b, a.prompt, a.steps, vocab)?;
+                        let (tm, ttm, share) = decode(&dm, &masked, b, a.prompt, a.steps, vocab)?;
+                        rows.push((tp, tm, ttp, ttm, share));
+                    }
+                    let col = |f: fn(&(f64, f64, f64, f64, f64)) -> f64| median(rows.iter().map(f).collect());
+                    let (tp, tm) = (col(|r| r.0), col(|r| r.1));
+                    let toks = (b * a.steps) as f64;
+                    println!(
+                        "| {} | {b} | {} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {:.0}% |",
+                        a.arch, a.prompt, toks / tp, toks / tm, tm / tp, col(|r| r.2), col(|r| r.3), 100.0 * col(|r| r.4)
+                    );
+                }
+            } else {
+                println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | masked engine share |");
+                println!("|---|---|---|---|---|---|");
+                for &b in &a.batch {
+                    for &n in &a.n {
+                        let toks: Vec<Vec<u32>> = (0..b).map(|i| tokens(n, vocab, i)).collect();
+                        let run = |d: &models::decoder::Decoder, side: &Side| -> Result<(f64, f64)> {
+                            let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
+                            let mut refs: Vec<_> = caches.iter_mut().collect();
+                            let slices: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
+                            let (t, e0) = (Instant::now(), side.timed.seconds());
+                            d.forward(&mut refs, &slices)?;
+                            Ok((t.elapsed().as_secs_f64(), side.timed.seconds() - e0))
+                        };
+                        cells(&a, b, n, "decoder", || run(&dp, &plain), || run(&dm, &masked))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Times plain and masked alternately and prints one row.
+fn cells(
+    a: &ModelArgs,
+    b: usize,
+    n: usize,
+    _kind: &str,
+    mut plain: impl FnMut() -> Result<(f64, f64)>,
+    mut masked: impl FnMut() -> Result<(f64, f64)>,
+) -> Result<()> {
+    plain()?;
+    masked()?;
+    let (mut tp, mut tm, mut share) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..a.reps {
+        tp.push(plain()?.0);
+        let (t, e) = masked()?;
+        tm.push(t);
+        share.push(e / t);
+    }
+    let (tp, tm) = (median(tp), median(tm));
+    println!(
+        "| {} | {b} × {n} | {:.1} | {:.1} | {:.3} | {:.0}% |",
+        a.arch,
+        b as f64 / tp,
+        b as f64 / tm,
+        tm / tp,
+        100.0 * median(share)
+    );
+    Ok(())
+}
+
+/// Prefill `b` prompts, then `steps` greedy decode steps; returns (decode seconds, TTFT
+/// seconds, engine share of the decode).
+fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, steps: usize, vocab: usize) -> Result<(f64, f64, f64)> {
+    let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
+    let toks: Vec<Vec<u32>> = (0..b).map(|i| tokens(prompt, vocab, i)).collect();
+    let t = Instant::now();
+    let last = {
+        let mut refs: Vec<_> = caches.iter_mut().collect();
+        let slices: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
+        d.forward(&mut refs, &slices)?
+    };
+    let logits = d.logits(&last)?;
+    let mut next: Vec<u32> = (0..b).map(|r| argmax(logits.row(r))).collect();
+    let ttft = t.elapsed().as_secs_f64();
+    let (t, e0) = (Instant::now(), side.timed.seconds());
+    for _ in 0..steps {
+        let mut refs: Vec<_> = caches.iter_mut().collect();
+        let feed: Vec<[u32; 1]> = next.iter().map(|&x| [x]).collect();
+        let slices: Vec<&[u32]> = feed.iter().map(|f| f.as_slice()).collect();
+        let last = d.forward(&mut refs, &slices)?;
+        let logits = d.logits(&last)?;
+        next = (0..b).map(|r| argmax(logits.row(r))).collect();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    Ok((secs, ttft, (side.timed.seconds() - e0) / secs))
+}
