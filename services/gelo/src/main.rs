@@ -36,6 +36,19 @@ enum Command {
     /// Model files: identity, hub download.
     #[command(subcommand)]
     Model(commands::models::ModelArgs),
+    /// Serve the RAG gateway: attested routing, sealed document store, gRPC and OpenAI HTTP.
+    Gateway(Box<commands::gateway::GatewayArgs>),
+    /// Run the whole pipeline on this machine (mock attestation) until Ctrl-C.
+    Up(commands::up::UpArgs),
+    /// Ingest files into the running gateway's store (`gelo rag ingest`).
+    Ingest(commands::rag::IngestArgs),
+    /// Ask the running gateway a question; streams the answer with citations (`gelo rag query`).
+    Query(commands::rag::QueryArgs),
+    /// Retrieve passages from the running gateway (`gelo rag search`).
+    Search(commands::rag::SearchArgs),
+    /// Clients of a gateway: ingest, query, search, delete, stats, eval, bench.
+    #[command(subcommand)]
+    Rag(commands::rag::RagCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,5 +69,11 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => commands::models::generate(args),
         Command::Eval(args) => commands::models::eval(args),
         Command::Model(args) => commands::models::model(args),
+        Command::Gateway(args) => commands::gateway::run(*args),
+        Command::Up(args) => commands::up::run(args),
+        Command::Ingest(args) => commands::rag::run(commands::rag::RagCommand::Ingest(args)),
+        Command::Query(args) => commands::rag::run(commands::rag::RagCommand::Query(args)),
+        Command::Search(args) => commands::rag::run(commands::rag::RagCommand::Search(args)),
+        Command::Rag(cmd) => commands::rag::run(cmd),
     }
 }

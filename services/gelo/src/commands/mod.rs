@@ -6,3 +6,6 @@ pub mod models;
 pub mod config;
 pub mod serve;
 pub mod bench_model;
+pub mod gateway;
+pub mod rag;
+pub mod up;

@@ -1,0 +1,466 @@
+//! Attested routing: the set of backends per role, which of them are verified right now, and
+//! how a request picks one.
+//!
+//! Every backend gets its own verifier task (`verify`): RA-TLS handshake against the
+//! gateway's policy (restricted to the backend's role) and the expected model identity, the
+//! pinned TLS key when the routing table names one, a fresh-nonce challenge over the same
+//! connection, and a health check; then the same challenge and health check again every
+//! interval. Only a backend whose latest verification passed is ever handed a request: there
+//! is no code path from a request to an unverified channel, because the channel lives inside
+//! the `Verified` state and nowhere else.
+//!
+//! Requests spread round-robin over the verified backends of their role. A transport failure
+//! (connection refused or reset, the server gone mid-call) drops the backend at once; unary
+//! calls then move on to the next verified replica, and the verifier retries the dropped one
+//! every `retry` until it verifies again. When no verified backend is left the call fails
+//! closed with `UNAVAILABLE`, naming the role and the last reason.
+
+pub mod routes;
+mod verify;
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex, RwLock, Weak,
+    },
+    time::{Duration, Instant},
+};
+
+use attest::{ratls::AttestedChannel, Policy, ServerIdentity};
+use tokio::{sync::Notify, task::JoinHandle};
+use tonic::{transport::Channel, Code, Status};
+
+use crate::{
+    error::{GatewayError, Result},
+    roles::Role,
+};
+
+/// One backend as configured: where it is and what it must prove.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BackendSpec {
+    pub role: Role,
+    /// `host:port`.
+    pub endpoint: String,
+    /// The model identity its evidence must carry; `None` leaves it to the policy's allowlist.
+    pub model_identity: Option<[u8; 32]>,
+    pub scheme_identity: Option<[u8; 32]>,
+    /// The TLS key the operator saw bound to fresh evidence (routing table); when set, a
+    /// connection to any other key is refused.
+    pub tls_spki_sha256: Option<[u8; 32]>,
+}
+
+/// How often backends are verified.
+#[derive(Clone, Copy, Debug)]
+pub struct VerifyTiming {
+    /// Re-verification of a verified backend (fresh nonce, health).
+    pub interval: Duration,
+    /// Retry of a backend that failed or is unreachable.
+    pub retry: Duration,
+    /// One handshake, challenge or health check.
+    pub timeout: Duration,
+}
+
+impl Default for VerifyTiming {
+    fn default() -> Self {
+        VerifyTiming { interval: Duration::from_secs(30), retry: Duration::from_secs(5), timeout: Duration::from_secs(10) }
+    }
+}
+
+/// What one backend looks like now, for `Stats` and logs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendStatus {
+    pub role: Role,
+    pub endpoint: String,
+    pub verified: bool,
+    pub reason: String,
+    pub model_identity: String,
+    pub tls_spki_sha256: String,
+    pub measurement: String,
+    pub verified_age: Option<Duration>,
+    pub requests: u64,
+}
+
+pub(crate) enum State {
+    Pending,
+    Verified { channel: AttestedChannel, facts: Facts, at: Instant },
+    Failed { reason: String },
+}
+
+/// What the latest verification proved (hex), kept for `Stats`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Facts {
+    model_identity: String,
+    tls_spki_sha256: String,
+    measurement: String,
+}
+
+impl Facts {
+    fn of(v: &attest::Verified) -> Self {
+        Facts {
+            model_identity: hex::encode(v.model_identity()),
+            tls_spki_sha256: hex::encode(v.tls_spki_sha256()),
+            measurement: hex::encode(v.measurement()),
+        }
+    }
+}
+
+pub(crate) struct Backend {
+    spec: BackendSpec,
+    /// The gateway's policy, restricted to this backend's role: every handshake, reconnects
+    /// included, must prove the role as well as the policy and the model.
+    policy: Arc<Policy>,
+    identity: Option<Arc<ServerIdentity>>,
+    timing: VerifyTiming,
+    state: Mutex<State>,
+    wake: Notify,
+    requests: AtomicU64,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Backend {
+    fn channel(&self) -> Option<Channel> {
+        match &*self.state.lock().expect("backend state") {
+            State::Verified { channel, .. } => Some(channel.channel()),
+            _ => None,
+        }
+    }
+
+    fn is_verified(&self) -> bool {
+        matches!(&*self.state.lock().expect("backend state"), State::Verified { .. })
+    }
+
+    /// Drops the backend after a failed request; the verifier retries it.
+    fn fail(&self, reason: String) {
+        let mut state = self.state.lock().expect("backend state");
+        if matches!(*state, State::Verified { .. }) {
+            tracing::warn!(role = %self.spec.role, endpoint = %self.spec.endpoint, reason = %reason, "backend dropped");
+        }
+        *state = State::Failed { reason };
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    fn reason(&self) -> Option<String> {
+        match &*self.state.lock().expect("backend state") {
+            State::Pending => Some("not verified yet".into()),
+            State::Failed { reason } => Some(reason.clone()),
+            State::Verified { .. } => None,
+        }
+    }
+
+    fn status(&self) -> BackendStatus {
+        let state = self.state.lock().expect("backend state");
+        let (verified, reason, facts, age) = match &*state {
+            State::Pending => (false, "not verified yet".to_string(), Facts::default(), None),
+            State::Failed { reason } => (false, reason.clone(), Facts::default(), None),
+            State::Verified { facts, at, .. } => (true, String::new(), facts.clone(), Some(at.elapsed())),
+        };
+        BackendStatus {
+            role: self.spec.role,
+            endpoint: self.spec.endpoint.clone(),
+            verified,
+            reason,
+            model_identity: facts.model_identity,
+            tls_spki_sha256: facts.tls_spki_sha256,
+            measurement: facts.measurement,
+            verified_age: age,
+            requests: self.requests.load(Ordering::Relaxed),
+        }
+    }
+
+    fn retire(&self) {
+        if let Some(task) = self.task.lock().expect("backend task").take() {
+            task.abort();
+        }
+    }
+}
+
+#[derive(Default)]
+struct RoleSet {
+    backends: RwLock<Vec<Arc<Backend>>>,
+    next: AtomicUsize,
+}
+
+struct Inner {
+    roles: [RoleSet; 3],
+    policy: RwLock<Arc<Policy>>,
+    identity: Option<Arc<ServerIdentity>>,
+    timing: VerifyTiming,
+}
+
+/// The backends of every role. Cheap to clone.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+/// Whether a failed call means the backend itself is gone or broken (drop it, try another),
+/// rather than a verdict on the request.
+pub(crate) fn is_backend_failure(s: &Status) -> bool {
+    match s.code() {
+        Code::Unavailable | Code::Unknown | Code::DataLoss => true,
+        // tonic reports a connection that broke mid-call (the peer died) as INTERNAL or
+        // CANCELLED with the transport error as its source; a backend's own INTERNAL has none.
+        Code::Internal | Code::Cancelled => std::error::Error::source(s).is_some(),
+        _ => false,
+    }
+}
+
+impl Pool {
+    /// `identity`: presented to backends that require an attested client (mutual RA-TLS).
+    pub fn new(policy: Policy, identity: Option<Arc<ServerIdentity>>, timing: VerifyTiming) -> Self {
+        Pool {
+            inner: Arc::new(Inner {
+                roles: Default::default(),
+                policy: RwLock::new(Arc::new(policy)),
+                identity,
+                timing,
+            }),
+        }
+    }
+
+    /// Replaces the backend set. Backends whose spec is unchanged keep their connection and
+    /// verification state; removed ones are dropped at once. Must be called within a tokio
+    /// runtime (it starts the verifier tasks).
+    pub fn set_backends(&self, specs: &[BackendSpec]) {
+        let policy = self.inner.policy.read().expect("policy").clone();
+        for role in Role::ALL {
+            let set = &self.inner.roles[role.index()];
+            let mut backends = set.backends.write().expect("backends");
+            let mut old: HashMap<BackendSpec, Arc<Backend>> = backends.drain(..).map(|b| (b.spec.clone(), b)).collect();
+            for spec in specs.iter().filter(|s| s.role == role) {
+                if backends.iter().any(|b| b.spec == *spec) {
+                    continue; // listed twice
+                }
+                let backend = old.remove(spec).unwrap_or_else(|| self.spawn(spec.clone(), &policy));
+                backends.push(backend);
+            }
+            for (spec, gone) in old {
+                tracing::info!(role = %role, endpoint = %spec.endpoint, "backend left the configuration");
+                gone.retire();
+            }
+        }
+    }
+
+    /// Replaces the policy: every backend is verified again from scratch under it.
+    pub fn set_policy(&self, policy: Policy) {
+        *self.inner.policy.write().expect("policy") = Arc::new(policy);
+        let specs: Vec<BackendSpec> = self.specs();
+        for role in Role::ALL {
+            for b in self.inner.roles[role.index()].backends.write().expect("backends").drain(..) {
+                b.retire();
+            }
+        }
+        self.set_backends(&specs);
+    }
+
+    pub fn specs(&self) -> Vec<BackendSpec> {
+        Role::ALL
+            .iter()
+            .flat_map(|r| self.inner.roles[r.index()].backends.read().expect("backends").iter().map(|b| b.spec.clone()).collect::<Vec<_>>())
+            .collect()
+    }
+
+    fn spawn(&self, spec: BackendSpec, policy: &Policy) -> Arc<Backend> {
+        let backend = Arc::new(Backend {
+            policy: Arc::new(role_policy(policy, spec.role)),
+            spec,
+            identity: self.inner.identity.clone(),
+            timing: self.inner.timing,
+            state: Mutex::new(State::Pending),
+            wake: Notify::new(),
+            requests: AtomicU64::new(0),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(verify::run(Arc::downgrade(&backend)));
+        *backend.task.lock().expect("backend task") = Some(task);
+        backend
+    }
+
+    /// Whether any backend of `role` is configured (verified or not).
+    pub fn configured(&self, role: Role) -> bool {
+        !self.inner.roles[role.index()].backends.read().expect("backends").is_empty()
+    }
+
+    /// Every backend's current state, role by role.
+    pub fn status(&self) -> Vec<BackendStatus> {
+        Role::ALL
+            .iter()
+            .flat_map(|r| self.inner.roles[r.index()].backends.read().expect("backends").iter().map(|b| b.status()).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Waits until `role` has a verified backend (or the timeout passes).
+    pub async fn wait_verified(&self, role: Role, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.inner.roles[role.index()].backends.read().expect("backends").iter().any(|b| b.is_verified()) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The next verified backend of `role` round-robin, skipping `tried`; fails closed.
+    fn pick(&self, role: Role, tried: &[usize]) -> Result<(Arc<Backend>, Channel)> {
+        let set = &self.inner.roles[role.index()];
+        let backends = set.backends.read().expect("backends");
+        if backends.is_empty() {
+            return Err(GatewayError::NoBackend { role, reason: format!("none configured (give the gateway a {role} backend)") });
+        }
+        let n = backends.len();
+        let start = set.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..n {
+            let b = &backends[(start + i) % n];
+            if tried.contains(&(Arc::as_ptr(b) as usize)) {
+                continue;
+            }
+            if let Some(channel) = b.channel() {
+                return Ok((b.clone(), channel));
+            }
+        }
+        // Name every backend and why it is out, so the operator sees the whole picture.
+        let reasons: Vec<String> = backends
+            .iter()
+            .map(|b| format!("{}: {}", b.spec.endpoint, b.reason().unwrap_or_else(|| "failed this request".into())))
+            .collect();
+        Err(GatewayError::NoBackend { role, reason: reasons.join("; ") })
+    }
+
+    /// Runs a unary call on a verified backend of `role`, moving on to the next verified
+    /// replica when a backend turns out to be gone. Unary model calls are idempotent, so the
+    /// retry cannot duplicate an effect.
+    pub(crate) async fn unary<T, F, Fut>(&self, role: Role, call: F) -> Result<T>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
+    {
+        // Backends this call already failed on, by address (a raw pointer is not Send).
+        let mut tried: Vec<usize> = Vec::new();
+        loop {
+            let (backend, channel) = self.pick(role, &tried)?;
+            backend.requests.fetch_add(1, Ordering::Relaxed);
+            match call(channel).await {
+                Ok(v) => return Ok(v),
+                Err(status) if is_backend_failure(&status) => {
+                    backend.fail(format!("request failed: {}", status.message()));
+                    tried.push(Arc::as_ptr(&backend) as usize);
+                }
+                Err(status) => {
+                    return Err(GatewayError::Backend { role, endpoint: backend.spec.endpoint.clone(), status });
+                }
+            }
+        }
+    }
+
+    /// Opens a server stream on a verified backend of `role`. Fails over like [`Self::unary`]
+    /// until the stream has produced its first message; after that a broken stream is the
+    /// caller's to report (see [`Routed::broken`]).
+    pub(crate) async fn stream<T, F, Fut>(&self, role: Role, open: F) -> Result<(Routed, Option<T>, tonic::Streaming<T>)>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Streaming<T>, Status>>,
+    {
+        // Backends this call already failed on, by address (a raw pointer is not Send).
+        let mut tried: Vec<usize> = Vec::new();
+        loop {
+            let (backend, channel) = self.pick(role, &tried)?;
+            backend.requests.fetch_add(1, Ordering::Relaxed);
+            let opened = match open(channel).await {
+                Ok(mut stream) => stream.message().await.map(|first| (first, stream)),
+                Err(status) => Err(status),
+            };
+            match opened {
+                Ok((first, stream)) => return Ok((Routed { backend }, first, stream)),
+                Err(status) if is_backend_failure(&status) => {
+                    backend.fail(format!("request failed: {}", status.message()));
+                    tried.push(Arc::as_ptr(&backend) as usize);
+                }
+                Err(status) => return Err(GatewayError::Backend { role, endpoint: backend.spec.endpoint.clone(), status }),
+            }
+        }
+    }
+}
+
+/// The backend a stream was routed to.
+pub(crate) struct Routed {
+    backend: Arc<Backend>,
+}
+
+impl Routed {
+    /// The error for a stream that failed after it had started; drops the backend if the
+    /// failure was the backend's.
+    pub(crate) fn broken(&self, status: Status) -> GatewayError {
+        let spec = &self.backend.spec;
+        if is_backend_failure(&status) {
+            self.backend.fail(format!("stream broke: {}", status.message()));
+            GatewayError::BrokenStream { role: spec.role, endpoint: spec.endpoint.clone(), reason: status.message().to_string() }
+        } else {
+            GatewayError::Backend { role: spec.role, endpoint: spec.endpoint.clone(), status }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for set in &self.roles {
+            for b in set.backends.read().map(|b| b.clone()).unwrap_or_default() {
+                b.retire();
+            }
+        }
+    }
+}
+
+/// The gateway's policy narrowed to one role: a backend proving another role (an embedder
+/// answering at the reranker's address, say) fails the handshake itself.
+fn role_policy(policy: &Policy, role: Role) -> Policy {
+    let mut p = policy.clone();
+    let name = role.as_str().to_string();
+    p.roles = Some(match &policy.roles {
+        Some(allowed) if !allowed.contains(&name) => Vec::new(),
+        _ => vec![name],
+    });
+    p
+}
+
+/// What a verifier task holds: it must not keep a removed backend alive.
+pub(crate) type BackendRef = Weak<Backend>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_policy_admits_only_that_role() {
+        let p = role_policy(&Policy::default(), Role::Embedder);
+        assert_eq!(p.roles, Some(vec!["embedder".to_string()]));
+        // A policy that already excludes the role admits nothing for it.
+        let mut only_gen = Policy::default();
+        only_gen.roles = Some(vec!["generator".into()]);
+        assert_eq!(role_policy(&only_gen, Role::Embedder).roles, Some(vec![]));
+        assert_eq!(role_policy(&only_gen, Role::Generator).roles, Some(vec!["generator".to_string()]));
+    }
+
+    #[test]
+    fn backend_failures_are_told_from_request_verdicts() {
+        assert!(is_backend_failure(&Status::unavailable("connection refused")));
+        assert!(is_backend_failure(&Status::data_loss("GPU integrity check failed")));
+        assert!(!is_backend_failure(&Status::invalid_argument("too long")));
+        assert!(!is_backend_failure(&Status::resource_exhausted("queue full")));
+        assert!(!is_backend_failure(&Status::internal("model failed")), "a backend's own INTERNAL has no transport source");
+    }
+
+    #[tokio::test]
+    async fn an_empty_role_fails_closed_with_unavailable() {
+        let pool = Pool::new(Policy::default(), None, VerifyTiming::default());
+        let err = pool.unary(Role::Reranker, |_c| async { Ok::<(), Status>(()) }).await.unwrap_err();
+        let s: Status = err.into();
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.message().contains("reranker") && s.message().contains("none configured"), "{}", s.message());
+    }
+}

@@ -1,0 +1,241 @@
+//! GELO's RAG gateway: what users talk to. It ingests documents into a sealed store,
+//! retrieves, reranks and generates — routing only to model services whose attestation
+//! evidence it verified itself — and serves the flow as `gelo.v1.Rag` over (RA-)TLS gRPC and
+//! as an OpenAI-compatible HTTP API.
+//!
+//! Where things are:
+//! - [`backends`]: attested routing — per-role backend sets, verification (RA-TLS, fresh
+//!   nonce, health) and re-verification, round-robin, fail-closed; [`backends::routes`] reads
+//!   the operator's routing table.
+//! - [`pipeline`]: the RAG flow (ingest, search, query), independent of the transport.
+//! - [`chunker`]: documents into passages by the embedder's tokens.
+//! - [`docstore`]: the sealed store on disk and its key.
+//! - [`prompt`]: the RAG prompt and citation checking.
+//! - [`grpc`], [`openai`]: the two front doors.
+//! - [`error`]: the one error type and its gRPC mapping.
+//!
+//! [`run`] puts them together: the `gelo gateway` command is a thin shell around it.
+
+pub mod backends;
+pub mod chunker;
+pub mod docstore;
+pub mod error;
+pub mod grpc;
+pub mod openai;
+pub mod pipeline;
+pub mod prompt;
+pub mod roles;
+
+use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
+
+use attest::{ratls::danger::AttestedClientVerifier, ExpectedPeer, IssuerKind, Policy, ServerIdentity, ServiceClaims};
+use futures::FutureExt;
+use server::{
+    serve::{health, ready_line, serve, ServeOptions, Transport},
+    Metrics,
+};
+use tokio::net::TcpListener;
+
+pub use backends::{routes::RoutesSource, BackendSpec, Pool, VerifyTiming};
+pub use error::{GatewayError, Result};
+pub use pipeline::{Pipeline, Settings};
+pub use roles::Role;
+
+/// Everything `gelo gateway` is configured with.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// The embedder model's tokenizer files (a folder or a GGUF file): chunking counts its
+    /// tokens, and its identity is the gateway's attested model identity.
+    pub model: PathBuf,
+    pub expect_identity: Option<[u8; 32]>,
+    pub listen: SocketAddr,
+    pub metrics_listen: Option<SocketAddr>,
+    /// OpenAI-compatible HTTP (plain HTTP).
+    pub http_listen: Option<SocketAddr>,
+    /// Allow plain HTTP on a non-loopback address.
+    pub http_allow_remote: bool,
+    /// Plain gRPC for clients (nothing attested on the front door).
+    pub insecure: bool,
+    /// Require RA-TLS clients satisfying this policy (mutual RA-TLS on the front door).
+    pub client_policy: Option<PathBuf>,
+    /// The policy backends must satisfy. With a routing table it may come from there.
+    pub policy: Option<PathBuf>,
+    /// Static backends.
+    pub backends: Vec<BackendSpec>,
+    /// The operator's routing table, followed as it changes.
+    pub routes: Option<RoutesSource>,
+    pub timing: VerifyTiming,
+    pub data_dir: PathBuf,
+    /// Sealing key file; `None`: `<data_dir>/sealing.key` with mock attestation, the SEV-SNP
+    /// derived key on hardware.
+    pub sealing_key_file: Option<PathBuf>,
+    pub chunk_tokens: usize,
+    pub chunk_overlap: usize,
+    pub settings: Settings,
+}
+
+/// The gateway's protocol settings, hashed into its `scheme_identity`.
+pub fn scheme_json(cfg: &GatewayConfig) -> serde_json::Value {
+    serde_json::json!({
+        "role": "gateway",
+        "store": "redb/aes-256-gcm",
+        "chunk_tokens": cfg.chunk_tokens,
+        "chunk_overlap": cfg.chunk_overlap,
+    })
+}
+
+fn is_loopback(a: &SocketAddr) -> bool {
+    a.ip().is_loopback()
+}
+
+/// Runs the gateway until `shutdown` resolves. Prints the `GELO_READY role=gateway ...`
+/// line on stdout once every port is open.
+pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    // 1. The tokenizer model: its identity is the gateway's model identity.
+    let model = cfg.model.clone();
+    let (identity_bytes, chunker) = tokio::task::spawn_blocking({
+        let cfg = cfg.clone();
+        move || -> Result<([u8; 32], chunker::Chunker)> {
+            let (_, manifest) = models::Manifest::of_path(&model).map_err(|e| GatewayError::Config(format!("model {}: {e}", model.display())))?;
+            let id = manifest.identity().0;
+            if let Some(want) = cfg.expect_identity
+                && want != id
+            {
+                return Err(GatewayError::Config(format!(
+                    "model {} has identity {} but {} was expected",
+                    model.display(),
+                    hex::encode(id),
+                    hex::encode(want)
+                )));
+            }
+            Ok((id, chunker::Chunker::load(&model, cfg.chunk_tokens, cfg.chunk_overlap)?))
+        }
+    })
+    .await??;
+
+    // 2. The gateway's own attested identity: served to clients, presented to backends that
+    //    require an attested client.
+    let claims = ServiceClaims { model_identity: identity_bytes, scheme_json: scheme_json(&cfg).to_string(), role: "gateway".into() };
+    let (identity, issuer_kind) = tokio::task::spawn_blocking(move || -> Result<(Arc<ServerIdentity>, IssuerKind)> {
+        let issuer = attest::issuer_from_env_or_default()?;
+        let kind = issuer.kind();
+        Ok((Arc::new(ServerIdentity::generate(issuer, claims)?), kind))
+    })
+    .await??;
+
+    // 3. The store and its key.
+    let key_source = match (&cfg.sealing_key_file, issuer_kind) {
+        (Some(f), _) => docstore::KeySource::File(f.clone()),
+        (None, IssuerKind::Mock) => docstore::KeySource::File(cfg.data_dir.join(docstore::KEY_FILE)),
+        (None, IssuerKind::SevSnp) => docstore::KeySource::SnpDerived,
+    };
+    let data_dir = cfg.data_dir.clone();
+    let store = tokio::task::spawn_blocking(move || -> Result<docstore::DocStore> {
+        std::fs::create_dir_all(&data_dir).map_err(GatewayError::file(&data_dir))?;
+        let key = docstore::sealing_key(&key_source)?;
+        docstore::DocStore::open(&data_dir, key)
+    })
+    .await??;
+
+    // 4. Backends: static, or the routing table (and perhaps its policy).
+    let policy = match (&cfg.policy, &cfg.routes) {
+        (Some(p), _) => Policy::from_file(p)?,
+        (None, Some(RoutesSource::File { policy: Some(p), .. })) => Policy::from_file(p)?,
+        // The ConfigMap's policy.json replaces this as soon as the watch delivers it; until
+        // then only AMD's roots with no measurement allowed: nothing verifies.
+        (None, Some(RoutesSource::ConfigMap { .. })) => Policy::default(),
+        _ => return Err(GatewayError::Config("a policy is required (--policy FILE) to verify backends".into())),
+    };
+    let pool = Pool::new(policy, Some(identity.clone()), cfg.timing);
+    pool.set_backends(&cfg.backends);
+    let _routes_task = match &cfg.routes {
+        Some(RoutesSource::File { routes, policy, poll }) => {
+            let (specs, initial_policy, fingerprint) = backends::routes::read_file(routes, policy.as_deref())?;
+            if cfg.policy.is_none()
+                && let Some(p) = initial_policy
+            {
+                pool.set_policy(p);
+            }
+            let mut all = cfg.backends.clone();
+            all.extend(specs);
+            pool.set_backends(&all);
+            let follow_policy = if cfg.policy.is_none() { policy.clone() } else { None };
+            Some(backends::routes::follow_file(pool.clone(), routes.clone(), follow_policy, *poll, fingerprint))
+        }
+        #[cfg(feature = "kubernetes")]
+        Some(RoutesSource::ConfigMap { name, namespace }) => {
+            Some(backends::routes::follow_configmap(pool.clone(), name.clone(), namespace.clone(), cfg.policy.is_none()).await?)
+        }
+        #[cfg(not(feature = "kubernetes"))]
+        Some(RoutesSource::ConfigMap { .. }) => {
+            return Err(GatewayError::Config(
+                "this gelo was built without the `kubernetes` feature: mount the routes ConfigMap and use --routes-file".into(),
+            ));
+        }
+        None => None,
+    };
+    if cfg.backends.is_empty() && cfg.routes.is_none() {
+        tracing::warn!("no backends configured: every request that needs a model fails with UNAVAILABLE");
+    }
+
+    // 5. The RAG flow and its two front doors.
+    let pipeline = Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings: cfg.settings.clone() });
+    let metrics = Metrics::new("gateway");
+    let routes = tonic::service::Routes::new(grpc::RagService::new(pipeline.clone(), metrics.clone()).into_server());
+
+    let listener = TcpListener::bind(cfg.listen).await.map_err(|e| GatewayError::Serve(format!("binding {}: {e}", cfg.listen)))?;
+    let metrics_listener = match cfg.metrics_listen {
+        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| GatewayError::Serve(format!("binding {a}: {e}")))?),
+        None => None,
+    };
+    let http_listener = match cfg.http_listen {
+        Some(a) if !is_loopback(&a) && !cfg.http_allow_remote => {
+            return Err(GatewayError::Config(format!(
+                "--http-listen {a} is not a loopback address: the OpenAI API is plain HTTP (prompts and answers in the clear); \
+                 add --http-allow-remote if something in the same trust boundary terminates TLS in front of it"
+            )));
+        }
+        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| GatewayError::Serve(format!("binding {a}: {e}")))?),
+        None => None,
+    };
+    let transport = if cfg.insecure {
+        tracing::warn!("INSECURE: plaintext gRPC to clients, the gateway is not attested to them; for local testing only");
+        Transport::Insecure
+    } else {
+        let clients = match &cfg.client_policy {
+            Some(p) => Some(Arc::new(AttestedClientVerifier::new(Arc::new(Policy::from_file(p)?), ExpectedPeer::default()))),
+            None => None,
+        };
+        Transport::RaTls { identity: identity.clone(), clients }
+    };
+    let local = |l: &TcpListener| l.local_addr().map_err(|e| GatewayError::Serve(e.to_string()));
+    let mut line = ready_line(
+        "gateway",
+        local(&listener)?,
+        metrics_listener.as_ref().and_then(|l| l.local_addr().ok()),
+        match &transport {
+            Transport::RaTls { identity, .. } => Some(identity.as_ref()),
+            Transport::Insecure => None,
+        },
+    );
+    if let Some(h) = &http_listener {
+        line.push_str(&format!(" http={}", local(h)?));
+    }
+    line.push_str(&format!(" model={}", hex::encode(identity_bytes)));
+
+    let shutdown = shutdown.shared();
+    if let Some(l) = http_listener {
+        let app = openai::router(pipeline.clone(), metrics.clone());
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {
+                tracing::error!(error = %e, "HTTP server stopped");
+            }
+        });
+    }
+    println!("{line}");
+    let opts = ServeOptions { listener, transport, metrics_listener, metrics };
+    serve(opts, routes, health(), shutdown).await.map_err(|e| GatewayError::Serve(e.to_string()))?;
+    tracing::info!("gateway stopped");
+    Ok(())
+}

@@ -1,0 +1,763 @@
+//! Clients of a running gateway: `gelo ingest|query|search`, and `gelo rag ...` (the same plus
+//! delete, stats, a BEIR evaluation through the gateway and the RAG benchmark).
+//!
+//! The connection is RA-TLS: the gateway's evidence must satisfy a policy, carry the
+//! expected model identity and the role `gateway`, and answer a fresh nonce. Without flags
+//! the commands use the gateway `gelo up` started (its state file names address, policy and
+//! identity).
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, bail, Context, Result};
+use api::v1::{
+    query_response::Event, rag_client::RagClient, Chunking, DeleteRequest, Document, IngestSummary, QueryRequest, SearchRequest,
+    StageTimings, StatsRequest,
+};
+use attest::{ExpectedPeer, Policy};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use tonic::transport::Channel;
+
+use super::up::{state_file, UpState};
+
+#[derive(clap::Subcommand)]
+pub enum RagCommand {
+    /// Ingest files (.txt, .md, .jsonl incl. BEIR corpora) or --text into the gateway's store.
+    Ingest(IngestArgs),
+    /// Ask a question: streams the answer, then the passages it cites.
+    Query(QueryArgs),
+    /// Retrieve (and rerank) passages.
+    Search(SearchArgs),
+    /// Delete documents by id.
+    Delete(DeleteArgs),
+    /// Store size and every backend's verification state.
+    Stats(StatsArgs),
+    /// nDCG@10 / Recall@100 of retrieval through the gateway on a BEIR dataset.
+    Eval(EvalArgs),
+    /// Ingest throughput and query latency (p50/p95) at several concurrencies, per stage.
+    Bench(BenchArgs),
+}
+
+pub fn run(cmd: RagCommand) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        match cmd {
+            RagCommand::Ingest(a) => ingest(a).await,
+            RagCommand::Query(a) => query(a).await,
+            RagCommand::Search(a) => search(a).await,
+            RagCommand::Delete(a) => delete(a).await,
+            RagCommand::Stats(a) => stats(a).await,
+            RagCommand::Eval(a) => eval(a).await,
+            RagCommand::Bench(a) => bench(a).await,
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Connecting
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Conn {
+    /// Gateway gRPC address (default: the gateway `gelo up` runs).
+    #[arg(long, env = "GELO_GATEWAY")]
+    pub gateway: Option<String>,
+    /// Attestation policy the gateway's evidence must satisfy.
+    #[arg(long, env = "GELO_GATEWAY_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Model identity (64 hex) the gateway must prove: the identity of its tokenizer model.
+    #[arg(long, env = "GELO_GATEWAY_IDENTITY")]
+    pub expect_identity: Option<String>,
+    /// Plaintext gRPC, for a gateway started with --insecure. Nothing is verified.
+    #[arg(long)]
+    pub insecure: bool,
+    /// `gelo up`'s state folder (default `${GELO_CACHE:-~/.cache/gelo}/up`).
+    #[arg(long, env = "GELO_UP_DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl Conn {
+    pub async fn connect(&self) -> Result<RagClient<Channel>> {
+        let up = UpState::read(&state_file(self.state_dir.as_deref())).ok();
+        let from_up = |what: &str| anyhow!("no {what}: pass --{what}, or start a local pipeline with `gelo up`");
+        let gateway = match (&self.gateway, &up) {
+            (Some(g), _) => g.clone(),
+            (None, Some(u)) => u.grpc.clone(),
+            (None, None) => return Err(from_up("gateway")),
+        };
+        if self.insecure {
+            let ch = Channel::from_shared(format!("http://{gateway}"))?.connect().await.with_context(|| format!("connecting to {gateway}"))?;
+            return Ok(client(ch));
+        }
+        let policy = match (&self.policy, &up) {
+            (Some(p), _) => p.clone(),
+            (None, Some(u)) => u.policy.clone(),
+            (None, None) => return Err(from_up("policy")),
+        };
+        let identity = match (&self.expect_identity, &up) {
+            (Some(i), _) => Some(i.clone()),
+            (None, Some(u)) => Some(u.identity.clone()),
+            (None, None) => None,
+        };
+        let model_identity = identity
+            .map(|s| -> Result<[u8; 32]> {
+                let mut out = [0u8; 32];
+                hex::decode_to_slice(s.trim(), &mut out).context("--expect-identity: expected 64 hex digits")?;
+                Ok(out)
+            })
+            .transpose()?;
+        let policy = Arc::new(Policy::from_file(&policy).with_context(|| format!("policy {}", policy.display()))?);
+        let ch = attest::ratls::connect(&gateway, policy, ExpectedPeer { model_identity, scheme_identity: None }, None)
+            .await
+            .with_context(|| format!("RA-TLS to the gateway at {gateway}"))?;
+        if ch.peer().role() != "gateway" {
+            bail!("{gateway} proved role `{}`, not gateway", ch.peer().role());
+        }
+        ch.challenge().await.with_context(|| format!("fresh evidence from the gateway at {gateway}"))?;
+        Ok(client(ch.channel()))
+    }
+}
+
+fn client(ch: Channel) -> RagClient<Channel> {
+    RagClient::new(ch).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20)
+}
+
+fn status_error(s: tonic::Status) -> anyhow::Error {
+    anyhow!("{:?}: {}", s.code(), s.message())
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading documents
+
+/// One input document.
+fn doc(id: String, title: String, text: String, metadata: BTreeMap<String, String>, whole: bool) -> Document {
+    Document {
+        id,
+        title,
+        text,
+        metadata: metadata.into_iter().collect(),
+        chunking: if whole { Chunking::Whole } else { Chunking::Tokens } as i32,
+    }
+}
+
+fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            entries.sort();
+            let nested: Vec<PathBuf> = entries
+                .into_iter()
+                .filter(|e| e.is_dir() || matches!(ext(e).as_str(), "txt" | "md" | "markdown" | "jsonl"))
+                .collect();
+            out.extend(files(&nested)?);
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            bail!("{} does not exist", p.display());
+        }
+    }
+    Ok(out)
+}
+
+fn ext(p: &Path) -> String {
+    p.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase()
+}
+
+fn json_string(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Documents of one JSON Lines record: `_id`/`id`, `title`, `text`/`contents`, `metadata`.
+fn jsonl_doc(path: &Path, line_no: usize, line: &str, whole: bool) -> Result<Document> {
+    let v: Value = serde_json::from_str(line).with_context(|| format!("{}:{line_no}: not JSON", path.display()))?;
+    let id = v.get("_id").or_else(|| v.get("id")).and_then(json_string).with_context(|| format!("{}:{line_no}: no `_id` or `id`", path.display()))?;
+    let title = v.get("title").and_then(json_string).unwrap_or_default();
+    let text = v
+        .get("text")
+        .or_else(|| v.get("contents"))
+        .and_then(json_string)
+        .with_context(|| format!("{}:{line_no}: no `text`", path.display()))?;
+    let mut metadata = BTreeMap::new();
+    if let Some(Value::Object(m)) = v.get("metadata") {
+        for (k, v) in m {
+            metadata.insert(k.clone(), json_string(v).unwrap_or_else(|| v.to_string()));
+        }
+    }
+    Ok(doc(id, title, text, metadata, whole))
+}
+
+/// Reads every input into documents, sending them as they are read.
+fn read_inputs(a: &IngestArgs, tx: tokio::sync::mpsc::Sender<Document>, bar: ProgressBar) -> Result<()> {
+    for (i, text) in a.text.iter().enumerate() {
+        let id = match (&a.id, a.text.len()) {
+            (Some(id), 1) => id.clone(),
+            (Some(id), _) => format!("{id}-{i}"),
+            (None, _) => format!("text-{}", &hex::encode(sha256(text.as_bytes()))[..16]),
+        };
+        let d = doc(id, a.title.clone().unwrap_or_default(), text.clone(), BTreeMap::new(), a.whole);
+        bar.inc(text.len() as u64);
+        tx.blocking_send(d).map_err(|_| anyhow!("the gateway stopped reading"))?;
+    }
+    for path in files(&a.paths)? {
+        match ext(&path).as_str() {
+            "jsonl" => {
+                let f = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+                for (n, line) in BufReader::new(f).lines().enumerate() {
+                    let line = line.with_context(|| format!("reading {}", path.display()))?;
+                    bar.inc(line.len() as u64 + 1);
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    let d = jsonl_doc(&path, n + 1, &line, a.whole)?;
+                    tx.blocking_send(d).map_err(|_| anyhow!("the gateway stopped reading"))?;
+                }
+            }
+            _ => {
+                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {} (UTF-8 text)", path.display()))?;
+                bar.inc(text.len() as u64);
+                let heading = text.lines().find_map(|l| l.strip_prefix("# ")).map(|h| h.trim().to_string());
+                let title = heading.unwrap_or_else(|| path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string());
+                let d = doc(path.display().to_string(), title, text, BTreeMap::new(), a.whole);
+                tx.blocking_send(d).map_err(|_| anyhow!("the gateway stopped reading"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn sha256(b: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).into()
+}
+
+// ---------------------------------------------------------------------------------------
+// ingest
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct IngestArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Files or folders: .txt and .md (one document each; id = path), .jsonl (one document
+    /// per line: `_id` or `id`, `title`, `text`, optional `metadata`; BEIR corpora as they are).
+    pub paths: Vec<PathBuf>,
+    /// A document's text (repeatable).
+    #[arg(long)]
+    pub text: Vec<String>,
+    /// Id of the --text document (default: a hash of its text).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Title of the --text documents.
+    #[arg(long)]
+    pub title: Option<String>,
+    /// One passage per document, embedded truncated to the embedder's maximum (as BEIR
+    /// evaluations do), instead of overlapping token windows.
+    #[arg(long)]
+    pub whole: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+async fn ingest(a: IngestArgs) -> Result<()> {
+    if a.paths.is_empty() && a.text.is_empty() {
+        bail!("nothing to ingest: give files, folders or --text");
+    }
+    let mut client = a.conn.connect().await?;
+    let total: u64 = a.text.iter().map(|t| t.len() as u64).sum::<u64>()
+        + files(&a.paths)?.iter().map(|p| std::fs::metadata(p).map_or(0, |m| m.len())).sum::<u64>();
+    let bar = ProgressBar::new(total);
+    bar.set_style(ProgressStyle::with_template("{spinner} ingesting {bytes}/{total_bytes} [{bar:30}] {elapsed} {msg}")?.progress_chars("=> "));
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    let reader = {
+        let (a, bar) = (a.clone(), bar.clone());
+        tokio::task::spawn_blocking(move || read_inputs(&a, tx, bar))
+    };
+    let t = Instant::now();
+    let sent = client.ingest(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
+    let read = reader.await?;
+    bar.finish_and_clear();
+    read?;
+    let summary = sent.map_err(status_error)?.into_inner();
+    print_summary(&summary, t.elapsed(), a.json);
+    Ok(())
+}
+
+fn print_summary(s: &IngestSummary, took: Duration, as_json: bool) {
+    if as_json {
+        let skipped: Vec<Value> = s.skipped.iter().map(|k| json!({ "id": k.id, "reason": k.reason })).collect();
+        println!("{}", json!({ "documents": s.documents, "chunks": s.chunks, "skipped": skipped, "seconds": took.as_secs_f64() }));
+        return;
+    }
+    println!("ingested {} documents ({} passages) in {:.1} s", s.documents, s.chunks, took.as_secs_f64());
+    for k in &s.skipped {
+        println!("  skipped {:?}: {}", k.id, k.reason);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// query, search
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct QueryArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub question: String,
+    /// Passages to answer from (0: the gateway's default).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
+    /// Answer tokens (0: the gateway's default).
+    #[arg(long, default_value_t = 0)]
+    pub max_tokens: u32,
+    /// 0: greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Rerank the candidates (default: the gateway's setting).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub rerank: Option<bool>,
+    /// Print every event as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+async fn query(a: QueryArgs) -> Result<()> {
+    let mut client = a.conn.connect().await?;
+    let req = QueryRequest {
+        question: a.question.clone(),
+        top_k: a.top_k,
+        max_tokens: a.max_tokens,
+        temperature: a.temperature,
+        seed: a.seed,
+        rerank: a.rerank,
+    };
+    let mut stream = client.query(req).await.map_err(status_error)?.into_inner();
+    let mut passages = Vec::new();
+    let mut cited = Vec::new();
+    let mut out = std::io::stdout();
+    while let Some(msg) = stream.message().await.map_err(status_error)? {
+        let Some(event) = msg.event else { continue };
+        if a.json {
+            println!("{}", event_json(&event));
+            continue;
+        }
+        match event {
+            Event::Passages(p) => passages = p.passages,
+            Event::Text(t) => {
+                out.write_all(t.as_bytes())?;
+                out.flush()?;
+            }
+            Event::Citations(c) => {
+                cited = c.passage_ids;
+                if !c.unknown.is_empty() {
+                    eprintln!("\nwarning: the answer cites ids that were not retrieved: {}", c.unknown.join(", "));
+                }
+            }
+            Event::Usage(_) | Event::Timings(_) => {}
+        }
+    }
+    if !a.json {
+        println!("\n\nSources:");
+        for p in &passages {
+            let mark = if cited.contains(&p.passage_id) { "cited" } else { "     " };
+            let rerank = p.rerank_score.map_or(String::new(), |r| format!(", rerank {r:.3}"));
+            println!("  {mark} [{}] {} (score {:.3}{rerank})", p.passage_id, p.title, p.score);
+        }
+    }
+    Ok(())
+}
+
+fn passage_json(p: &api::v1::Passage) -> Value {
+    json!({
+        "passage_id": p.passage_id, "document_id": p.document_id, "title": p.title, "text": p.text,
+        "score": p.score, "rerank_score": p.rerank_score, "metadata": p.metadata,
+    })
+}
+
+fn timings_json(t: &StageTimings) -> Value {
+    json!({
+        "embed_seconds": t.embed_seconds, "search_seconds": t.search_seconds, "rerank_seconds": t.rerank_seconds,
+        "generate_seconds": t.generate_seconds, "first_token_seconds": t.first_token_seconds,
+    })
+}
+
+fn event_json(e: &Event) -> Value {
+    match e {
+        Event::Passages(p) => json!({ "passages": p.passages.iter().map(passage_json).collect::<Vec<_>>() }),
+        Event::Text(t) => json!({ "text": t }),
+        Event::Usage(u) => json!({ "usage": { "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens } }),
+        Event::Citations(c) => json!({ "citations": c.passage_ids, "unknown_citations": c.unknown }),
+        Event::Timings(t) => json!({ "timings": timings_json(t) }),
+    }
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    pub query: String,
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub rerank: Option<bool>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+async fn search(a: SearchArgs) -> Result<()> {
+    let mut client = a.conn.connect().await?;
+    let r = client
+        .search(SearchRequest { query: a.query.clone(), top_k: a.top_k, rerank: a.rerank })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if a.json {
+        let t = r.timings.as_ref().map(timings_json);
+        println!("{}", json!({ "passages": r.passages.iter().map(passage_json).collect::<Vec<_>>(), "timings": t }));
+        return Ok(());
+    }
+    for (i, p) in r.passages.iter().enumerate() {
+        let rerank = p.rerank_score.map_or(String::new(), |r| format!(" rerank {r:.3}"));
+        let snippet: String = p.text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(160).collect();
+        println!("{:>2}. [{}] score {:.3}{rerank}  {}\n    {snippet}", i + 1, p.passage_id, p.score, p.title);
+    }
+    if r.passages.is_empty() {
+        println!("no passages");
+    }
+    Ok(())
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    #[arg(required = true)]
+    pub ids: Vec<String>,
+}
+
+async fn delete(a: DeleteArgs) -> Result<()> {
+    let mut client = a.conn.connect().await?;
+    let r = client.delete(DeleteRequest { ids: a.ids }).await.map_err(status_error)?.into_inner();
+    println!("deleted {} documents", r.deleted);
+    Ok(())
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+async fn stats(a: StatsArgs) -> Result<()> {
+    let mut client = a.conn.connect().await?;
+    let s = client.stats(StatsRequest {}).await.map_err(status_error)?.into_inner();
+    let backends: Vec<Value> = s
+        .backends
+        .iter()
+        .map(|b| {
+            json!({
+                "role": b.role, "endpoint": b.endpoint, "verified": b.verified, "reason": b.reason,
+                "model_identity": b.model_identity, "tls_spki_sha256": b.tls_spki_sha256, "measurement": b.measurement,
+                "verified_age_seconds": b.verified_age_seconds, "requests": b.requests,
+            })
+        })
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json!({
+            "documents": s.documents, "chunks": s.chunks, "store_bytes": s.store_bytes, "dimension": s.dimension, "backends": backends,
+        }))?
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// eval: BEIR retrieval through the gateway
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Only the first N corpus documents plus every judged one (as `gelo eval beir --limit`).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// The corpus is already in the store.
+    #[arg(long)]
+    pub skip_ingest: bool,
+    /// Concurrent Search calls.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Also evaluate this embedder in process (masked, CPU engine) on the same documents.
+    #[arg(long)]
+    pub reference_model: Option<PathBuf>,
+}
+
+/// The BEIR corpus with titles and texts apart (the gateway embeds `title + " " + text`, as
+/// `models::beir` does), restricted like `gelo eval beir --limit`.
+pub fn beir_corpus(dir: &Path, limit: Option<usize>, judged: &HashSet<String>) -> Result<Vec<(String, String, String)>> {
+    let path = dir.join("corpus.jsonl");
+    let f = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(f).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let d = jsonl_doc(&path, i + 1, &line, true)?;
+        if limit.is_none_or(|l| out.len() < l) || judged.contains(&d.id) {
+            out.push((d.id, d.title, d.text));
+        }
+    }
+    Ok(out)
+}
+
+async fn eval(a: EvalArgs) -> Result<()> {
+    let mut data = models::beir::BeirData::load(&a.data)?;
+    let judged: HashSet<String> = data.qrels.values().flat_map(|m| m.keys().cloned()).collect();
+    let corpus = beir_corpus(&a.data, a.limit, &judged)?;
+    let keep: HashSet<&str> = corpus.iter().map(|(id, _, _)| id.as_str()).collect();
+    data.corpus.retain(|(id, _)| keep.contains(id.as_str()));
+    let mut client = a.conn.connect().await?;
+
+    let t = Instant::now();
+    if !a.skip_ingest {
+        let bar = ProgressBar::new(corpus.len() as u64);
+        bar.set_style(ProgressStyle::with_template("{spinner} ingesting {pos}/{len} [{bar:30}] {elapsed}")?.progress_chars("=> "));
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let docs: Vec<Document> = corpus.iter().map(|(id, title, text)| doc(id.clone(), title.clone(), text.clone(), BTreeMap::new(), true)).collect();
+        let b = bar.clone();
+        tokio::spawn(async move {
+            for d in docs {
+                if tx.send(d).await.is_err() {
+                    break;
+                }
+                b.inc(1);
+            }
+        });
+        let s = client.ingest(tokio_stream::wrappers::ReceiverStream::new(rx)).await.map_err(status_error)?.into_inner();
+        bar.finish_and_clear();
+        if !s.skipped.is_empty() {
+            bail!("{} documents were skipped, e.g. {:?}", s.skipped.len(), s.skipped[0]);
+        }
+    }
+    let ingest_seconds = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let ranked = search_all(&client, &data.queries, 100, a.concurrency.max(1)).await?;
+    let query_seconds = t.elapsed().as_secs_f64();
+    let (ndcg, recall) = models::beir::metrics(&ranked, &data.qrels);
+    let mut out = json!({
+        "ndcg_at_10": ndcg, "recall_at_100": recall, "queries": data.queries.len(), "documents": corpus.len(),
+        "ingest_seconds": ingest_seconds, "query_seconds": query_seconds,
+    });
+    if let Some(model) = &a.reference_model {
+        let exec = Arc::new(protocol::MaskedExecutor::new(Arc::new(kernels::CpuEngine::new()), protocol::MaskedConfig::default())?);
+        let e = models::load_embedder(model, exec, &models::LoadOptions::default())?;
+        let s = tokio::task::spawn_blocking(move || models::beir::evaluate(e.as_ref(), &data, 32, |_, _, _| {})).await??;
+        out["reference"] = json!({ "ndcg_at_10": s.ndcg_at_10, "recall_at_100": s.recall_at_100, "masked": true });
+        out["ndcg_difference"] = json!(ndcg - s.ndcg_at_10);
+    }
+    println!("{out}");
+    Ok(())
+}
+
+/// Ranked document ids per query, `concurrency` Search calls at a time, no reranking.
+pub async fn search_all(client: &RagClient<Channel>, queries: &[(String, String)], k: u32, concurrency: usize) -> Result<BTreeMap<String, Vec<String>>> {
+    use futures::StreamExt;
+    let results: Vec<Result<(String, Vec<String>)>> = futures::stream::iter(queries.iter().cloned())
+        .map(|(qid, text)| {
+            let mut c = client.clone();
+            async move {
+                let r = c.search(SearchRequest { query: text, top_k: k, rerank: Some(false) }).await.map_err(status_error)?.into_inner();
+                Ok((qid, r.passages.into_iter().map(|p| p.document_id).collect()))
+            }
+        })
+        .buffered(concurrency)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// bench
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// BEIR folder for documents and questions (default: generated text).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Documents to ingest (0: skip the ingest benchmark).
+    #[arg(long, default_value_t = 500)]
+    pub docs: usize,
+    /// Queries per concurrency level (at least twice the level).
+    #[arg(long, default_value_t = 16)]
+    pub queries: usize,
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub concurrency: Vec<usize>,
+    /// Answer tokens per query.
+    #[arg(long, default_value_t = 32)]
+    pub max_tokens: u32,
+    #[arg(long, default_value_t = 4)]
+    pub top_k: u32,
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub rerank: Option<bool>,
+    /// Also write the results as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Generated paragraphs with enough vocabulary for retrieval to mean something.
+fn synthetic_docs(n: usize) -> Vec<(String, String, String)> {
+    const TOPICS: [&str; 8] = ["vitamin D", "protein folding", "insulin signalling", "gut bacteria", "T cells", "DNA repair", "sleep", "malaria"];
+    const VERBS: [&str; 6] = ["regulates", "reduces", "increases", "is associated with", "does not affect", "predicts"];
+    const OBJECTS: [&str; 6] = ["bone density", "inflammation", "mortality", "cell growth", "memory", "drug resistance"];
+    (0..n)
+        .map(|i| {
+            let topic = TOPICS[i % TOPICS.len()];
+            let mut text = String::new();
+            for s in 0..12 {
+                let v = VERBS[(i + s) % VERBS.len()];
+                let o = OBJECTS[(i * 7 + s) % OBJECTS.len()];
+                text.push_str(&format!("In cohort {i}-{s}, {topic} {v} {o} in {} of {} patients. ", 10 + (i * s) % 90, 100 + s));
+            }
+            (format!("bench-{i}"), format!("Study {i} on {topic}"), text)
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[derive(Default)]
+struct Sample {
+    total: f64,
+    first_token: f64,
+    stages: [f64; 4],
+}
+
+async fn one_query(mut c: RagClient<Channel>, question: String, a: &BenchArgs) -> Result<Sample> {
+    let t = Instant::now();
+    let req = QueryRequest { question, top_k: a.top_k, max_tokens: a.max_tokens, temperature: 0.0, seed: 0, rerank: a.rerank };
+    let mut s = c.query(req).await.map_err(status_error)?.into_inner();
+    let mut out = Sample::default();
+    while let Some(m) = s.message().await.map_err(status_error)? {
+        if let Some(Event::Timings(tm)) = m.event {
+            out.first_token = tm.first_token_seconds;
+            out.stages = [tm.embed_seconds, tm.search_seconds, tm.rerank_seconds, tm.generate_seconds];
+        }
+    }
+    out.total = t.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+async fn bench(a: BenchArgs) -> Result<()> {
+    use futures::StreamExt;
+    let mut client = a.conn.connect().await?;
+    let (docs, questions): (Vec<(String, String, String)>, Vec<String>) = match &a.data {
+        Some(dir) => {
+            let data = models::beir::BeirData::load(dir)?;
+            let docs = beir_corpus(dir, Some(a.docs), &HashSet::new())?;
+            (docs, data.queries.into_iter().map(|(_, q)| q).collect())
+        }
+        None => (
+            synthetic_docs(a.docs),
+            ["Does vitamin D affect bone density?", "What reduces inflammation?", "Is sleep associated with memory?", "What predicts mortality in malaria?"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        ),
+    };
+    let mut report = json!({});
+    if a.docs > 0 {
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let n = docs.len();
+        let bytes: usize = docs.iter().map(|(_, t, x)| t.len() + x.len()).sum();
+        let to_send = docs.clone();
+        tokio::spawn(async move {
+            for (id, title, text) in to_send {
+                if tx.send(doc(id, title, text, BTreeMap::new(), false)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let t = Instant::now();
+        let s = client.ingest(tokio_stream::wrappers::ReceiverStream::new(rx)).await.map_err(status_error)?.into_inner();
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "ingest: {n} documents ({:.1} MB, {} passages) in {secs:.1} s = {:.1} docs/s, {:.1} passages/s",
+            bytes as f64 / 1e6,
+            s.chunks,
+            s.documents as f64 / secs,
+            s.chunks as f64 / secs
+        );
+        report["ingest"] = json!({ "documents": s.documents, "passages": s.chunks, "bytes": bytes, "seconds": secs,
+            "docs_per_second": s.documents as f64 / secs, "passages_per_second": s.chunks as f64 / secs });
+    }
+    let mut levels = Vec::new();
+    for &c in &a.concurrency {
+        let c = c.max(1);
+        let n = a.queries.max(2 * c);
+        let qs: Vec<String> = (0..n).map(|i| questions[i % questions.len()].clone()).collect();
+        let t = Instant::now();
+        let results: Vec<Result<Sample>> = futures::stream::iter(qs).map(|q| one_query(client.clone(), q, &a)).buffer_unordered(c).collect().await;
+        let wall = t.elapsed().as_secs_f64();
+        let samples: Vec<Sample> = results.into_iter().collect::<Result<_>>()?;
+        let mut totals: Vec<f64> = samples.iter().map(|s| s.total).collect();
+        totals.sort_by(f64::total_cmp);
+        let mut ttft: Vec<f64> = samples.iter().map(|s| s.first_token).collect();
+        ttft.sort_by(f64::total_cmp);
+        let sum_total: f64 = samples.iter().map(|s| s.total).sum();
+        let stage_sum: Vec<f64> = (0..4).map(|i| samples.iter().map(|s| s.stages[i]).sum::<f64>()).collect();
+        let share: Vec<f64> = stage_sum.iter().map(|s| 100.0 * s / sum_total.max(1e-9)).collect();
+        let other = 100.0 - share.iter().sum::<f64>();
+        println!(
+            "query c={c:>2}: {n} queries in {wall:.1} s ({:.2} q/s) latency p50 {:.2} s p95 {:.2} s, first token p50 {:.2} s p95 {:.2} s; \
+             time share embed {:.1}% search {:.1}% rerank {:.1}% generate {:.1}% other {:.1}%",
+            n as f64 / wall,
+            percentile(&totals, 0.5),
+            percentile(&totals, 0.95),
+            percentile(&ttft, 0.5),
+            percentile(&ttft, 0.95),
+            share[0],
+            share[1],
+            share[2],
+            share[3],
+            other
+        );
+        levels.push(json!({
+            "concurrency": c, "queries": n, "wall_seconds": wall, "p50_seconds": percentile(&totals, 0.5), "p95_seconds": percentile(&totals, 0.95),
+            "first_token_p50_seconds": percentile(&ttft, 0.5), "first_token_p95_seconds": percentile(&ttft, 0.95),
+            "share_percent": { "embed": share[0], "search": share[1], "rerank": share[2], "generate": share[3], "other": other },
+        }));
+    }
+    report["query"] = Value::Array(levels);
+    report["max_tokens"] = json!(a.max_tokens);
+    report["top_k"] = json!(a.top_k);
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
