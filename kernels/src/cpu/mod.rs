@@ -326,12 +326,44 @@ pub fn sgemm(
     b_strides: (usize, usize),
     c: &mut [f32],
 ) {
+    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, false);
+}
+
+/// `c += a · b`, with the shapes and strides of [`sgemm`].
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_acc(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_strides: (usize, usize),
+    b: &[f32],
+    b_strides: (usize, usize),
+    c: &mut [f32],
+) {
+    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, true);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sgemm_impl(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_strides: (usize, usize),
+    b: &[f32],
+    b_strides: (usize, usize),
+    c: &mut [f32],
+    accumulate: bool,
+) {
     assert!(c.len() >= m * n, "sgemm output too small");
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        c[..m * n].iter_mut().for_each(|v| *v = 0.0);
+        if !accumulate {
+            c[..m * n].iter_mut().for_each(|v| *v = 0.0);
+        }
         return;
     }
     let max_a = (m - 1) * a_strides.0 + (k - 1) * a_strides.1;
@@ -353,14 +385,14 @@ pub fn sgemm(
             c.as_mut_ptr(),
             1,
             n as isize,
-            false,
+            accumulate,
             a.as_ptr(),
             a_strides.1 as isize,
             a_strides.0 as isize,
             b.as_ptr(),
             b_strides.1 as isize,
             b_strides.0 as isize,
-            0.0,
+            if accumulate { 1.0 } else { 0.0 },
             1.0,
             false,
             false,

@@ -406,37 +406,35 @@ impl MaskedPass<'_> {
         let d = h.cols();
         let total: usize = self.masks.iter().map(BlockMask::order).sum();
         let mut u = Matrix::zeros(total, d);
-        let mut scratch = Vec::new();
+        let mut shield = Vec::new();
         let (mut row_in, mut row_out) = (0, 0);
         for (mask, &n) in self.masks.iter().zip(&self.blocks) {
             let s = mask.order();
-            scratch.clear();
-            scratch.extend_from_slice(&h.as_slice()[row_in * d..(row_in + n) * d]);
-            scratch.resize(s * d, 0.0);
-            let (hb, sb) = scratch.split_at_mut(n * d);
-            shield::fill(sb, hb, d, self.exec.cfg.shield.energy, &mut self.rng);
-            mask.apply(&mut scratch, d, &mut u.as_mut_slice()[row_out * d..(row_out + s) * d]);
+            let hb = &h.as_slice()[row_in * d..(row_in + n) * d];
+            shield.resize((s - n) * d, 0.0);
+            shield::fill(&mut shield, hb, d, self.exec.cfg.shield.energy, &mut self.rng);
+            mask.apply(hb, &shield, d, &mut u.as_mut_slice()[row_out * d..(row_out + s) * d]);
             row_in += n;
             row_out += s;
         }
-        zeroize::Zeroize::zeroize(&mut scratch);
+        zeroize::Zeroize::zeroize(&mut shield);
         u
     }
 
     /// First `n_i` rows of `A_iᵀ·Z_i` for every sequence: `H·W` without the shield rows.
-    fn recover(&self, mut z: Matrix) -> Matrix {
+    /// `z` is what the engine returned (masked); it is read, never transformed in place.
+    fn recover(&self, z: &Matrix) -> Matrix {
         let d = z.cols();
         let rows: usize = self.blocks.iter().sum();
         let mut out = Matrix::zeros(rows, d);
         let (mut row_in, mut row_out) = (0, 0);
         for (mask, &n) in self.masks.iter().zip(&self.blocks) {
             let s = mask.order();
-            let zb = &mut z.as_mut_slice()[row_in * d..(row_in + s) * d];
+            let zb = &z.as_slice()[row_in * d..(row_in + s) * d];
             mask.recover(zb, d, n, &mut out.as_mut_slice()[row_out * d..(row_out + n) * d]);
             row_in += s;
             row_out += n;
         }
-        z.scrub();
         out
     }
 
@@ -482,7 +480,7 @@ impl Pass for MaskedPass<'_> {
                 self.exec.poison(&v.to_string());
                 return Err(ProtocolError::Integrity(v));
             }
-            out.push(self.recover(z));
+            out.push(self.recover(&z));
         }
         Ok(out)
     }

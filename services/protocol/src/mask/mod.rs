@@ -11,7 +11,10 @@ pub mod hd3;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use kernels::{cpu::sgemm, Matrix};
+use kernels::{
+    cpu::{sgemm, sgemm_acc},
+    Matrix,
+};
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
@@ -89,28 +92,34 @@ impl BlockMask {
         }
     }
 
-    /// `out ← A·x` for a row-major `s×d` block `x` (`x` may be overwritten).
-    pub fn apply(&self, x: &mut [f32], d: usize, out: &mut [f32]) {
+    /// `out ← A·[H; S]` for activation rows `h` (`n×d`) and shield rows `shield`
+    /// (`(s−n)×d`), without building the stacked matrix.
+    pub fn apply(&self, h: &[f32], shield: &[f32], d: usize, out: &mut [f32]) {
         let s = self.order();
+        let n = h.len() / d.max(1);
+        debug_assert_eq!(n * d + shield.len(), s * d);
         match self {
-            BlockMask::Haar(a) => sgemm(s, d, s, a.as_slice(), (s, 1), x, (d, 1), out),
-            BlockMask::Hd3(h) => {
-                h.apply(x, d);
-                out.copy_from_slice(x);
+            // U = A[:, ..n]·H + A[:, n..]·S.
+            BlockMask::Haar(a) => {
+                sgemm(s, d, n, a.as_slice(), (s, 1), h, (d, 1), out);
+                if shield.len() > 0 {
+                    sgemm_acc(s, d, s - n, &a.as_slice()[n..], (s, 1), shield, (d, 1), out);
+                }
+            }
+            BlockMask::Hd3(hd) => {
+                let rows: Vec<&[f32]> = h.chunks_exact(d).chain(shield.chunks_exact(d)).collect();
+                hd.apply(&rows, d, out);
             }
         }
     }
 
-    /// First `n` rows of `Aᵀ·z` for a row-major `s×d` block `z` (`z` may be overwritten).
-    pub fn recover(&self, z: &mut [f32], d: usize, n: usize, out: &mut [f32]) {
+    /// First `n` rows of `Aᵀ·z` for a row-major `s×d` block `z`.
+    pub fn recover(&self, z: &[f32], d: usize, n: usize, out: &mut [f32]) {
         let s = self.order();
         match self {
             // (Aᵀ)[..n, :] = (A[:, ..n])ᵀ: element (i, t) is A[t][i].
             BlockMask::Haar(a) => sgemm(n, d, s, a.as_slice(), (1, s), z, (d, 1), out),
-            BlockMask::Hd3(h) => {
-                h.apply_transpose(z, d);
-                out.copy_from_slice(&z[..n * d]);
-            }
+            BlockMask::Hd3(h) => h.recover(z, d, n, out),
         }
     }
 
@@ -176,8 +185,8 @@ impl CostModel {
         };
         let t_gemm = best(&mut || sgemm(s, d, s, a.as_slice(), (s, 1), &x, (d, 1), &mut out));
         let h = Hd3::sample(s, &mut rng);
-        let mut y = x.clone();
-        let t_fwht = best(&mut || h.apply(&mut y, d));
+        let rows: Vec<&[f32]> = x.chunks_exact(d).collect();
+        let t_fwht = best(&mut || h.apply(&rows, d, &mut out));
         let q = 96;
         let t_qr = best(&mut || {
             haar::sample(q, &mut rng);

@@ -244,7 +244,8 @@ fn masked_operand(h: &Matrix, shield_rows: usize, a: &BlockMask, rng: &mut impl 
     stack.resize(s * d, 0.0);
     protocol::shield::fill(&mut stack[h.rows() * d..(h.rows() + shield_rows) * d], h.as_slice(), d, 4.0, rng);
     let mut u = vec![0.0; s * d];
-    a.apply(&mut stack, d, &mut u);
+    let (h_rows, shield_rows) = stack.split_at(h.rows() * d);
+    a.apply(h_rows, shield_rows, d, &mut u);
     Matrix::from_vec(s, d, u).unwrap()
 }
 
