@@ -2,6 +2,11 @@
 
 mod commands;
 
+/// Activations and engine results are tens of megabytes per call; glibc serves such blocks
+/// with fresh mmaps (page faults and zeroing every time), mimalloc reuses them.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]

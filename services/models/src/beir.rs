@@ -175,3 +175,37 @@ pub fn evaluate(embedder: &dyn Embedder, data: &BeirData, batch: usize, mut prog
     let (ndcg_at_10, recall_at_100) = metrics(&ranked, &data.qrels);
     Ok(BeirScores { ndcg_at_10, recall_at_100, queries: data.queries.len(), documents: data.corpus.len(), corpus_seconds, query_seconds })
 }
+
+/// Pairwise reranking check: for each of the first `queries` judged queries, the reranker
+/// scores the query's first relevant document and one non-relevant document drawn with a
+/// seeded generator; returns how often the relevant one scored higher, and how many queries
+/// were tried.
+pub fn rerank_pairwise(
+    reranker: &dyn crate::roles::Reranker,
+    data: &BeirData,
+    queries: usize,
+    seed: u64,
+) -> Result<(usize, usize)> {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let index: HashMap<&str, usize> = data.corpus.iter().enumerate().map(|(i, (id, _))| (id.as_str(), i)).collect();
+    let (mut wins, mut tried) = (0, 0);
+    for (qid, text) in data.queries.iter().take(queries) {
+        let rel = &data.qrels[qid];
+        let mut relevant: Vec<&String> = rel.iter().filter(|(_, r)| **r > 0).map(|(d, _)| d).collect();
+        relevant.sort();
+        let Some(pos) = relevant.first().and_then(|d| index.get(d.as_str())) else { continue };
+        let neg = loop {
+            let i = rng.random_range(0..data.corpus.len());
+            if !rel.contains_key(&data.corpus[i].0) {
+                break i;
+            }
+        };
+        let scores = reranker.score(text, &[data.corpus[*pos].1.as_str(), data.corpus[neg].1.as_str()])?;
+        tried += 1;
+        if scores[0] > scores[1] {
+            wins += 1;
+        }
+    }
+    Ok((wins, tried))
+}

@@ -102,6 +102,27 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
 pub enum EvalArgs {
     /// nDCG@10 and Recall@100 of an embedder on a BEIR-format folder.
     Beir(BeirArgs),
+    /// How often a reranker puts a query's relevant document above a random one.
+    Rerank(RerankEvalArgs),
+}
+
+#[derive(clap::Args)]
+pub struct RerankEvalArgs {
+    /// Folder with corpus.jsonl, queries.jsonl and qrels/test.tsv.
+    #[arg(long)]
+    data: PathBuf,
+    #[arg(long)]
+    model: PathBuf,
+    #[command(flatten)]
+    exec: ExecArgs,
+    /// Judged queries to try (in file order).
+    #[arg(long, default_value_t = 50)]
+    queries: usize,
+    /// Longest (query, document) prompt in tokens; longer documents are cut.
+    #[arg(long, default_value_t = 512)]
+    max_seq_length: usize,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -124,7 +145,10 @@ pub struct BeirArgs {
 }
 
 pub fn eval(a: EvalArgs) -> Result<()> {
-    let EvalArgs::Beir(a) = a;
+    let a = match a {
+        EvalArgs::Beir(a) => a,
+        EvalArgs::Rerank(r) => return eval_rerank(r),
+    };
     let mut data = beir::BeirData::load(&a.data)?;
     if let Some(limit) = a.limit {
         let judged: std::collections::HashSet<&String> = data.qrels.values().flat_map(|m| m.keys()).collect();
@@ -198,3 +222,22 @@ pub fn model(a: ModelArgs) -> Result<()> {
     Ok(())
 }
 
+
+fn eval_rerank(a: RerankEvalArgs) -> Result<()> {
+    let data = beir::BeirData::load(&a.data)?;
+    let opts = LoadOptions { max_seq_length: Some(a.max_seq_length), ..Default::default() };
+    let r = models::load_reranker(&a.model, a.exec.executor()?, &opts)?;
+    let t = Instant::now();
+    let (wins, tried) = beir::rerank_pairwise(r.as_ref(), &data, a.queries, a.seed)?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "relevant_above_random": wins,
+            "queries": tried,
+            "rate": wins as f64 / tried.max(1) as f64,
+            "seconds": t.elapsed().as_secs_f64(),
+            "masked": a.exec.masked,
+        })
+    );
+    Ok(())
+}
