@@ -1,0 +1,76 @@
+//! The protection conditions the harness compares, and the executor each one builds.
+
+use std::sync::Arc;
+
+use kernels::Engine;
+use protocol::{
+    mask::{self, Family},
+    Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig,
+};
+use serde::Serialize;
+
+/// One column of the attack table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Condition {
+    /// C0: activations in the clear. The control: every attack must succeed here.
+    Plain,
+    /// C1: fresh Haar mask, no shield rows (leaks the column Gram `HᵀH`).
+    MaskOnly,
+    /// C2: the default, fresh Haar mask and shield(8, 4.0).
+    Default,
+    /// C3: HD₃ mask and shield(8, 4.0).
+    Hd3,
+    /// C3b: blocked HD₃ and shield(8, 4.0).
+    Hd3Blocked,
+}
+
+impl Condition {
+    pub const ALL: [Condition; 5] =
+        [Condition::Plain, Condition::MaskOnly, Condition::Default, Condition::Hd3, Condition::Hd3Blocked];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Condition::Plain => "c0",
+            Condition::MaskOnly => "c1",
+            Condition::Default => "c2",
+            Condition::Hd3 => "c3",
+            Condition::Hd3Blocked => "c3b",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Condition> {
+        Condition::ALL.into_iter().find(|c| c.name() == s.trim().to_ascii_lowercase())
+    }
+
+    /// The masked executor's settings; `None` for the plaintext control.
+    pub fn config(self) -> Option<MaskedConfig> {
+        let (mask, shield) = match self {
+            Condition::Plain => return None,
+            Condition::MaskOnly => (MaskKind::Haar, ShieldConfig::off()),
+            Condition::Default => (MaskKind::Haar, ShieldConfig::default()),
+            Condition::Hd3 => (MaskKind::Hd3, ShieldConfig::default()),
+            Condition::Hd3Blocked => (MaskKind::Hd3Blocked, ShieldConfig::default()),
+        };
+        Some(MaskedConfig { mask, shield, ..MaskedConfig::default() })
+    }
+
+    /// Rows the engine receives for a sequence of `n` activation rows.
+    pub fn order(self, n: usize) -> usize {
+        let Some(cfg) = self.config() else { return n };
+        let family = match cfg.mask {
+            MaskKind::Haar => Family::Haar,
+            MaskKind::Hd3 => Family::Hd3,
+            MaskKind::Hd3Blocked => Family::Hd3Blocked,
+            MaskKind::Auto => unreachable!("the harness names its mask family"),
+        };
+        mask::order(family, n, cfg.shield.rows)
+    }
+
+    /// The executor model code runs on under this condition.
+    pub fn executor(self, engine: Arc<dyn Engine>) -> anyhow::Result<Arc<dyn Executor>> {
+        Ok(match self.config() {
+            None => Arc::new(PlaintextExecutor::new(engine)),
+            Some(cfg) => Arc::new(MaskedExecutor::new(engine, cfg)?),
+        })
+    }
+}
