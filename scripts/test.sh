@@ -12,3 +12,5 @@ else
 fi
 # Kubernetes manifests (CRD, operator-built objects, chart, sample) against the 1.37 schemas.
 scripts/validate-manifests.sh
+# The official openai Python client against `gelo up` (needs `pip install openai`; .ci/run does it).
+python3 scripts/openai_client_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo"

@@ -81,11 +81,13 @@ impl Chunker {
         if text.trim().is_empty() {
             return Ok(Vec::new());
         }
+        if mode == Chunking::Whole {
+            // Byte for byte what `models::beir` embeds, so rankings can be compared exactly.
+            let embed_input = if title.is_empty() { text.to_string() } else { format!("{title} {text}") };
+            return Ok(vec![Planned { text: text.to_string(), embed_input }]);
+        }
         let title = title.trim();
         let with_title = |t: &str| if title.is_empty() { t.to_string() } else { format!("{title} {t}") };
-        if mode == Chunking::Whole {
-            return Ok(vec![Planned { text: text.to_string(), embed_input: with_title(text) }]);
-        }
         let mut window = self.chunk_tokens;
         let mut prefix = !title.is_empty();
         if let Some(max) = self.model_max.map(|m| m.saturating_sub(self.specials)) {

@@ -66,7 +66,10 @@ impl Default for Settings {
             max_top_k: 1000,
             rerank: true,
             rerank_candidates: 10,
-            embed_batch: 64,
+            // Small enough that one forward pass stays well inside a service's queue timeout
+            // on a loaded 2-core machine (16 × 256 tokens); the service batches concurrent
+            // calls itself.
+            embed_batch: 16,
             ingest_batch: 64,
             max_document_bytes: 4 << 20,
             max_id_bytes: 512,
@@ -145,15 +148,15 @@ impl Pipeline {
         let mut tokens = 0u32;
         for batch in texts.chunks(self.settings.embed_batch.max(1)) {
             let req = EmbedRequest { texts: batch.to_vec(), instruction: String::new(), truncate };
-            let resp = self
-                .pool
-                .unary(Role::Embedder, |ch| {
+            let resp = retry_busy(|| {
+                self.pool.unary(Role::Embedder, |ch| {
                     let req = req.clone();
                     async move {
                         EmbedderClient::new(ch).max_decoding_message_size(MAX_BACKEND_MESSAGE).embed(req).await.map(|r| r.into_inner())
                     }
                 })
-                .await?;
+            })
+            .await?;
             if resp.embeddings.len() != batch.len() {
                 return Err(GatewayError::Internal(format!(
                     "the embedder returned {} vectors for {} texts",
@@ -366,6 +369,29 @@ impl Pipeline {
 
     pub fn ingest(self: &Arc<Self>) -> Ingest {
         Ingest { pipe: self.clone(), pending: Vec::new(), pending_chunks: 0, documents: 0, chunks: 0, skipped: Vec::new(), seen: 0 }
+    }
+}
+
+/// Retries a call the backend refused as overloaded (RESOURCE_EXHAUSTED: its queue is full or
+/// a batch waited too long), twice, after 1 s and 3 s: an ingest should ride out a busy
+/// moment rather than fail half-way.
+async fn retry_busy<T, F, Fut>(mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut waits = [1u64, 3].into_iter();
+    loop {
+        let result = call().await;
+        if let Err(GatewayError::Backend { status, .. }) = &result
+            && status.code() == tonic::Code::ResourceExhausted
+            && let Some(w) = waits.next()
+        {
+            tracing::info!(wait_seconds = w, "backend overloaded; retrying");
+            tokio::time::sleep(Duration::from_secs(w)).await;
+            continue;
+        }
+        return result;
     }
 }
 

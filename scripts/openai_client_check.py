@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""The official `openai` Python client against GELO's OpenAI-compatible API, unchanged.
+
+    python3 scripts/openai_client_check.py --gelo PATH/TO/gelo     # starts `gelo up`, checks, stops it
+    python3 scripts/openai_client_check.py --base-url http://127.0.0.1:8080/v1   # a running gateway
+
+Checks: model listing; embeddings (the client's default base64 encoding and floats, which
+must agree); chat completions whole and streamed (server-sent events; with greedy decoding
+the streamed text equals the whole one, and the usage chunk arrives); the RAG model
+`gelo-rag` (answer citing only passages it was given); an unknown model raising the
+client's NotFoundError. Installs nothing: needs `pip install openai` (CI: .ci/run).
+Exits non-zero with a message on the first failed check.
+"""
+
+import argparse
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import openai
+except ImportError:
+    sys.exit("the `openai` package is missing: python3 -m pip install openai")
+
+
+def check(cond, what):
+    if not cond:
+        raise SystemExit(f"FAIL: {what}")
+    print(f"ok: {what}")
+
+
+def cosine(a, b):
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def start_up(gelo, state):
+    """Starts `gelo up` on free ports; returns the process and its ready-line fields."""
+    log = open(os.path.join(state, "up.log"), "w")
+    proc = subprocess.Popen(
+        [gelo, "up", "--state-dir", os.path.join(state, "up"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    deadline = time.time() + 900
+    for line in proc.stdout:
+        if line.startswith("GELO_READY role=up"):
+            return proc, dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if time.time() > deadline:
+            break
+    proc.kill()
+    raise SystemExit("FAIL: gelo up did not become ready; see " + log.name)
+
+
+def run_checks(base_url, gelo=None, state=None):
+    client = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=600)
+
+    ids = [m.id for m in client.models.list()]
+    check({"gelo-embedder", "gelo-generator", "gelo-rag"} <= set(ids), f"models.list: {ids}")
+
+    texts = ["Green tea keeps more catechins than black tea.", "The first public steam railway opened in 1825."]
+    default = client.embeddings.create(model="gelo-embedder", input=texts)  # the client asks for base64
+    floats = client.embeddings.create(model="gelo-embedder", input=texts, encoding_format="float")
+    check(len(default.data) == 2 and len(default.data[0].embedding) == 384, "embeddings: two 384-dimensional vectors")
+    check(all(cosine(a.embedding, b.embedding) > 0.9999 for a, b in zip(default.data, floats.data)), "embeddings: base64 and float agree")
+    check(cosine(default.data[0].embedding, default.data[1].embedding) < 0.9, "embeddings: different texts, different vectors")
+    check(default.usage.prompt_tokens > 0, "embeddings: usage")
+
+    messages = [{"role": "user", "content": "Name a colour of the sky."}]
+    whole = client.chat.completions.create(model="gelo-generator", messages=messages, max_tokens=12, temperature=0)
+    check(whole.choices[0].message.content != "", "chat: a non-empty completion")
+    check(whole.usage.completion_tokens > 0, "chat: usage")
+    parts, finish, usage = [], None, None
+    stream = client.chat.completions.create(
+        model="gelo-generator", messages=messages, max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            if c.delta.content:
+                parts.append(c.delta.content)
+            if c.finish_reason:
+                finish = c.finish_reason
+    check(len(parts) > 1, f"chat stream: {len(parts)} content chunks")
+    check("".join(parts) == whole.choices[0].message.content, "chat stream: greedy streamed text equals the whole completion")
+    check(finish in ("stop", "length"), f"chat stream: finish_reason {finish}")
+    check(usage is not None and usage.completion_tokens == whole.usage.completion_tokens, "chat stream: usage chunk")
+
+    if gelo and state:
+        env = dict(os.environ, GELO_UP_DIR=os.path.join(state, "up"))
+        subprocess.run(
+            [gelo, "ingest", "--id", "bees", "--text", "Honey bees tell their hive mates where flowers are with the waggle dance."],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    rag = client.chat.completions.create(
+        model="gelo-rag",
+        messages=[{"role": "user", "content": "How do honey bees tell each other where flowers are?"}],
+        max_tokens=32,
+        temperature=0,
+        stream=True,
+        extra_body={"rerank": False, "top_k": 2},
+    )
+    passages, citations, text = [], None, []
+    for chunk in rag:
+        extra = chunk.model_extra or {}
+        passages += [p["id"] for p in extra.get("passages", [])]
+        if "citations" in extra:
+            citations = extra["citations"]["citations"]
+        for c in chunk.choices:
+            if c.delta.content:
+                text.append(c.delta.content)
+    check(len(passages) > 0 and "".join(text) != "", "gelo-rag stream: passages, then an answer")
+    check(citations is not None and set(citations) <= set(passages), f"gelo-rag: citations {citations} are among the passages {passages}")
+
+    try:
+        client.embeddings.create(model="text-embedding-3-small", input="x")
+        check(False, "an unknown model is refused")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, "an unknown model raises NotFoundError (404)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gelo", help="the gelo binary: start `gelo up` for the check")
+    ap.add_argument("--base-url", help="an already running gateway's OpenAI base URL (…/v1)")
+    a = ap.parse_args()
+    if bool(a.gelo) == bool(a.base_url):
+        ap.error("give exactly one of --gelo and --base-url")
+    if a.base_url:
+        run_checks(a.base_url)
+        return
+    with tempfile.TemporaryDirectory() as state:
+        proc, ready = start_up(a.gelo, state)
+        try:
+            run_checks(f"http://{ready['http']}/v1", a.gelo, state)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print(f"openai {openai.__version__}: every check passed")
+
+
+if __name__ == "__main__":
+    main()
