@@ -2,13 +2,15 @@
 public tables, and — for scoring only — the ground truth, and returns a small dict whose
 `value` is the headline number (token recovery rate, or aligned |cosine|).
 
-Token recovery is scored two ways and the attack gets the better one:
-* positional: row r of a block is guessed as the token of activation row r (the attack
-  treats the rows it sees as if they were the plaintext rows);
-* order-free: the block's guesses, ranked by the attack's own confidence, top n distinct
-  (n = activation rows, which the attacker can infer from the operand's row count);
-  recall of the block's distinct content tokens. A mask that only permuted rows would
-  fail the first and not this one.
+Token recovery is scored two ways:
+* positional (`value`, what the issue's gates use, as the AloePri/seed harness did): row r
+  of a block is guessed as the token of activation row r — the attack treats the rows it
+  sees as if they were the plaintext rows;
+* bag of tokens (`order_free`): the block's guesses, ranked by the attack's own
+  confidence, top n distinct (n = activation rows, which the attacker infers from the
+  operand's row count); recall of the block's distinct content tokens. Order is lost but
+  the words are not: a mask that only permuted rows would fail the first and not this.
+  Reported as its own row and as a finding when it beats the mask.
 Special tokens ([CLS], [SEP], BOS, EOS) are never scored: they carry no prompt content.
 """
 
@@ -82,7 +84,7 @@ class Tally:
     def result(self, **extra):
         pos = self.pos_hit / self.pos_n if self.pos_n else None
         free = self.free_hit / self.free_n if self.free_n else None
-        value = max(v for v in (pos, free) if v is not None) if (pos is not None or free is not None) else None
+        value = pos if pos is not None else free
         return dict(value=value, positional=pos, order_free=free, tokens=self.free_n, **extra)
 
 
@@ -161,26 +163,32 @@ def inversion_attack(pub, site, limit=None):
     idx = site.sample(limit)
     test_vocab = lambda t: _h(t, 17) < 200  # ~20 % of token ids
     blocks = [site.block(i) for i in idx]
-    train_x, train_y, test = [], [], []
+    train_x, train_t, test = [], [], []
     for p, u, h, toks, _ in blocks:
-        is_test = _h(p, 91) < 500
+        is_test = _h(p, 91) < 300  # ~30 % of prompts
         if is_test:
             test.append((u, toks))
             continue
         for r, t in enumerate(toks):
             if int(t) not in pub.special and not test_vocab(int(t)) and r < len(u):
                 train_x.append(u[r])
-                train_y.append(pub.embed[int(t)])
+                train_t.append(int(t))
     if len(train_x) < 8 or not test:
         return dict(value=None, note="too few rows")
-    model = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 5, 8)))
-    model.fit(np.asarray(train_x), np.asarray(train_y))
+    train_x, train_t = np.asarray(train_x), np.asarray(train_t)
     table = unit(pub.embed)
+    # Target: for RMSNorm models the embedding's direction, which is exactly linear in the
+    # operand (RMSNorm divides each row by its own scale); for BERT the raw word vector
+    # (LayerNorm also subtracts the mean and adds β, and the raw target fits better).
+    best = "raw" if pub.bert else "unit"
+    targets = {"raw": pub.embed[train_t], "unit": table[train_t]}
+    model = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 5, 8)))
+    model.fit(train_x, targets[best])
     tally = Tally(pub)
     for u, toks in test:
         pred = unit(model.predict(u)) @ table.T
         tally.add(toks, pred.argmax(1), pred.max(1), allowed=lambda t: bool(test_vocab(t)))
-    return tally.result(train_rows=len(train_x), alpha=float(model[-1].alpha_))
+    return tally.result(train_rows=len(train_x), alpha=float(model[-1].alpha_), target=best)
 
 
 # ---------------------------------------------------------------------------------------
@@ -188,7 +196,7 @@ def inversion_attack(pub, site, limit=None):
 # ---------------------------------------------------------------------------------------
 
 def fastica(x, m, seed=0):
-    ica = FastICA(n_components=m, whiten="unit-variance", fun="logcosh", max_iter=1000, tol=1e-5, random_state=seed)
+    ica = FastICA(n_components=m, whiten="unit-variance", fun="logcosh", max_iter=400, tol=1e-4, random_state=seed)
     return ica.fit_transform(np.asarray(x, dtype=np.float64).T).T
 
 

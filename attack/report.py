@@ -37,6 +37,7 @@ COLUMNS = [("C0", "prefill", "c0"), ("C1", "prefill", "c1"), ("C2", "prefill", "
            ("C3b", "prefill", "c3b"), ("C4·C0", "decode", "c0"), ("C4·C1", "decode", "c1"), ("C4", "decode", "c2"),
            ("C4·C3", "decode", "c3"), ("C5·C0", "lm_head", "c0"), ("C5·C1", "lm_head", "c1"), ("C5", "lm_head", "c2"),
            ("C5·C3", "lm_head", "c3")]
+TOKEN_ATTACKS = ("NN", "IMA", "ISA", "LM-head argmax")
 SHIELD = {"c0": (0, 0.0), "c1": (0, 0.0), "c2": (8, 4.0), "c3": (8, 4.0), "c3b": (8, 4.0)}
 
 
@@ -57,7 +58,7 @@ def capture(args, run, prompts_path):
         binary = target / "debug" / "gelo-attack"
     models_dir = Path(args.cache).parent / "models" if args.models_dir is None else Path(args.models_dir)
     for name in args.models:
-        conds = PREFILL if name != "qwen" else ["c0", "c1", "c2", "c3"]
+        conds = PREFILL if args.full and name != "qwen" else ["c0", "c1", "c2", "c3"]
         cmd = [str(binary), "capture", "--model", str(models_dir / MODELS[name]), "--name", name, "--prompts",
                str(prompts_path), "--out", str(run), "--conditions", ",".join(conds), "--max-tokens",
                str(args.max_tokens), "--decode-tokens", str(args.decode_tokens), "--decode-prompts",
@@ -110,7 +111,8 @@ def attack_model(args, root, prompts):
         put("JADE", label, lambda: A.bss_attack(pub, l0, "jade", L["jade"]))
         if phase == "prefill":
             put("Anchor ICA", label, lambda: A.anchor_attack(pub, l0, L["ica"]))
-            put("Multi-observation", label, lambda: A.multi_observation_attack(pub, l0, groups, *SHIELD[cond]))
+            put("Multi-observation", label, lambda: A.multi_observation_attack(pub, l0, groups, *SHIELD[cond],
+                                                                                  limit_groups=L["groups"]))
             put("Gram (column)", label, lambda: A.gram_attack(pub, l0, L["gram"]))
             put("Gram identification (extra)", label, lambda: A.gram_identify_attack(
                 pub, l0, candidates, texts, *SHIELD[cond], order_fn(cond), L["gram"]))
@@ -136,6 +138,9 @@ def table(results):
         lines.append(head)
         for attack, row in res.items():
             lines.append(f"  {attack:28s}" + "".join(f"{fmt(row.get(l, {}).get('value')):>8s}" for l in labels))
+            if attack in TOKEN_ATTACKS:
+                lines.append(f"  {'  bag of tokens (extra)':28s}" + "".join(
+                    f"{fmt(row.get(l, {}).get('order_free')):>8s}" for l in labels))
             if attack in ("FastICA", "JADE"):
                 lines.append(f"  {'  random alignment':28s}" + "".join(
                     f"{fmt(row.get(l, {}).get('random')):>8s}" for l in labels))
@@ -188,7 +193,10 @@ def gates(results, calibration):
             for a, b in (("C2", "C3"), ("C2", "C3b"), ("C4", "C4·C3"), ("C5", "C5·C3")):
                 x, y = v(res, attack, a), v(res, attack, b)
                 if x is not None and y is not None:
-                    gate(f"{model}: {attack} {b} within ±0.05 of {a}", abs(x - y) <= 0.05, f"{fmt(y)} vs {fmt(x)}")
+                    # One-sided: HD₃ pads to a power of two with extra shield rows, so its
+                    # numbers may sit lower than Haar's; parity means "no weaker".
+                    gate(f"{model}: {attack} {b} no weaker than {a} (≤ {a} + 0.05)", y <= x + 0.05,
+                         f"{fmt(y)} vs {fmt(x)} (Δ {y - x:+.3f})")
         x = v(res, "Gram (column)", "C1")
         if x is not None:
             gate(f"{model}: C1 shows the column-Gram leak (rel. error ≤ 1e-3)", x <= 1e-3, fmt(x))
@@ -196,18 +204,20 @@ def gates(results, calibration):
             x = v(res, "Gram (column)", l)
             if x is not None:
                 gate(f"{model}: shield closes the column-Gram leak at {l} (rel. error ≥ 0.5)", x >= 0.5, fmt(x))
-        for l in ("C2", "C3"):
-            x, single = v(res, "Multi-observation", l), v(res, "Multi-observation", l, "single")
-            if x is not None:
-                gate(f"{model}: pooling fresh-mask passes gains nothing at {l} (≤ one pass + 0.05)",
-                     x <= single + 0.05, f"pooled {fmt(x)}, one pass {fmt(single)}")
 
         # Findings: the extra attacks and the shapes the issue's gates do not cover.
+        masked = ["C2", "C3", "C3b", "C4", "C4·C3", "C5", "C5·C3"]
         for attack in ("Row-space test (extra)", "BSS→NN (extra)", "BSS→argmax (extra)"):
-            for l in ["C2", "C3", "C3b", "C4", "C4·C3", "C5", "C5·C3"]:
+            for l in masked:
                 x = v(res, attack, l)
                 if x is not None and x > 0.10:
                     findings.append(f"{model}: {attack[:-8]} recovers {100 * x:.1f} % of tokens at {l}")
+        for attack in TOKEN_ATTACKS:
+            for l in masked:
+                x = v(res, attack, l, "order_free")
+                if x is not None and x > 0.10:
+                    findings.append(f"{model}: {attack} as a bag of tokens recovers {100 * x:.1f} % of the "
+                                    f"distinct tokens at {l}")
         for l in ["C2", "C3", "C3b"]:
             x, c = v(res, "Gram identification (extra)", l), v(res, "Gram identification (extra)", l, "chance")
             if x is not None and x > c + 0.10:
@@ -217,7 +227,12 @@ def gates(results, calibration):
             x, r = v(res, "FastICA", l), v(res, "FastICA", l, "random")
             if x is not None and x > r + 0.10:
                 findings.append(f"{model}: FastICA separates the real row at {l}: |cos| {x:.3f} (random {r:.3f})")
-        for l in ["C2", "C3"]:
+        for l in ["C2", "C3", "C3b"]:
+            x, single = v(res, "Multi-observation", l), v(res, "Multi-observation", l, "single")
+            if x is not None and x > single + 0.05:
+                findings.append(f"{model}: pooling fresh-mask passes of one prompt helps FastICA at {l}: "
+                                f"|cos| {x:.3f} pooled vs {single:.3f} one pass")
+        for l in ["C2", "C3", "C3b"]:
             row = res.get("Multi-observation", {}).get(l, {})
             if row.get("intersection_dim") is not None and row.get("h_energy_in_intersection", 0) > 0.9:
                 findings.append(
@@ -243,12 +258,13 @@ def main():
     ap.add_argument("--strict", action="store_true", help="findings of the extra attacks fail the run too")
     args = ap.parse_args()
     args.models = (args.models or "minilm,smollm2").split(",")
-    size = args.prompts or (512 if args.full else 40)
+    size = args.prompts or (512 if args.full else 64)
     args.max_tokens = 32
     args.decode_tokens = 8
     args.decode_prompts = 128 if args.full else 16
-    args.limit = ({"nn": None, "ridge": None, "ica": 128, "jade": 16, "gram": None, "span": 256} if args.full else
-                  {"nn": None, "ridge": None, "ica": 16, "jade": 3, "gram": None, "span": 32})
+    args.limit = ({"nn": None, "ridge": None, "ica": 32, "jade": 8, "gram": None, "span": 128, "groups": None}
+                  if args.full else
+                  {"nn": None, "ridge": None, "ica": 3, "jade": 2, "gram": None, "span": 16, "groups": 1})
     run = Path(args.cache) / ("full" if args.full else "ci")
     run.mkdir(parents=True, exist_ok=True)
     prompts = corpus.build(args.data, size, repeats=(4, 8) if args.full else (2, 4), similar=8 if args.full else 4)

@@ -14,3 +14,5 @@ fi
 scripts/validate-manifests.sh
 # The official openai Python client against `gelo up` (needs `pip install openai`; .ci/run does it).
 python3 scripts/openai_client_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo"
+# Confidentiality evidence: the attack harness at CI size; exits non-zero on a gate (docs/SECURITY.md).
+attack/run.sh
