@@ -401,23 +401,40 @@ struct MaskedPass<'a> {
 }
 
 impl MaskedPass<'_> {
-    /// `U = blockdiag(A_i)·[H_i; S_i]` for all sequences, stacked.
+    /// `U = blockdiag(A_i)·[H_i; S_i]` for all sequences, stacked. Sequences are masked in
+    /// parallel, each drawing its shield rows from its own ChaCha12 stream seeded from the
+    /// pass's ChaCha20 (at batched decode the shield draws dominate the TEE's work).
     fn mask_input(&mut self, h: &Matrix) -> Matrix {
+        use rayon::prelude::*;
         let d = h.cols();
-        let total: usize = self.masks.iter().map(BlockMask::order).sum();
+        let orders: Vec<usize> = self.masks.iter().map(BlockMask::order).collect();
+        let total: usize = orders.iter().sum();
         let mut u = Matrix::zeros(total, d);
-        let mut shield = Vec::new();
-        let (mut row_in, mut row_out) = (0, 0);
-        for (mask, &n) in self.masks.iter().zip(&self.blocks) {
-            let s = mask.order();
-            let hb = &h.as_slice()[row_in * d..(row_in + n) * d];
-            shield.resize((s - n) * d, 0.0);
-            shield::fill(&mut shield, hb, d, self.exec.cfg.shield.energy, &mut self.rng);
-            mask.apply(hb, &shield, d, &mut u.as_mut_slice()[row_out * d..(row_out + s) * d]);
-            row_in += n;
-            row_out += s;
+        let seeds: Vec<[u8; 32]> = self.masks.iter().map(|_| rand::RngExt::random(&mut self.rng)).collect();
+        // Split the input and the operand into per-sequence row ranges.
+        let mut parts = Vec::with_capacity(self.masks.len());
+        let (mut h_rest, mut u_rest) = (h.as_slice(), u.as_mut_slice());
+        for (&n, &s) in self.blocks.iter().zip(&orders) {
+            let (hb, hr) = h_rest.split_at(n * d);
+            let (ub, ur) = std::mem::take(&mut u_rest).split_at_mut(s * d);
+            parts.push((hb, ub));
+            h_rest = hr;
+            u_rest = ur;
         }
-        zeroize::Zeroize::zeroize(&mut shield);
+        let energy = self.exec.cfg.shield.energy;
+        let work = |((mask, (hb, ub)), seed): ((&BlockMask, (&[f32], &mut [f32])), [u8; 32])| {
+            let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
+            let mut shield = vec![0.0f32; (mask.order() - hb.len() / d.max(1)) * d];
+            shield::fill(&mut shield, hb, d, energy, &mut rng);
+            mask.apply(hb, &shield, d, ub);
+            zeroize::Zeroize::zeroize(&mut shield);
+        };
+        let jobs = self.masks.iter().zip(parts).zip(seeds);
+        if self.masks.len() > 1 {
+            jobs.par_bridge().for_each(work);
+        } else {
+            jobs.for_each(work);
+        }
         u
     }
 
