@@ -21,6 +21,11 @@ use crate::error::{GatewayError, Result};
 /// embedding input rather than crowding out the passage.
 const MIN_WINDOW: usize = 32;
 
+/// Tokens kept free when a title is prefixed: a window can start inside a word, and the
+/// fragment tokenizes differently after "<title> " than inside the document (a few tokens
+/// more, measured up to 1 with MiniLM).
+const SLACK: usize = 8;
+
 /// One passage to embed and store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Planned {
@@ -92,8 +97,8 @@ impl Chunker {
         let mut prefix = !title.is_empty();
         if let Some(max) = self.model_max.map(|m| m.saturating_sub(self.specials)) {
             let title_tokens = if prefix { self.count(title)? } else { 0 };
-            if prefix && max >= title_tokens + MIN_WINDOW {
-                window = window.min(max - title_tokens);
+            if prefix && max >= title_tokens + SLACK + MIN_WINDOW {
+                window = window.min(max - title_tokens - SLACK);
             } else {
                 prefix = false;
                 window = window.min(max.max(1));

@@ -312,8 +312,7 @@ impl Pipeline {
         let mut cut = false;
         let mut rewriter = prompt::CitationRewriter::new(ids.clone());
         let mut next = first;
-        loop {
-            let Some(msg) = next else { break };
+        while let Some(msg) = next {
             let text = rewriter.push(&msg.text);
             if !text.is_empty() {
                 if answer.is_empty() {

@@ -84,7 +84,7 @@ pub struct BackendStatus {
 
 pub(crate) enum State {
     Pending,
-    Verified { channel: AttestedChannel, facts: Facts, at: Instant },
+    Verified { channel: Box<AttestedChannel>, facts: Facts, at: Instant },
     Failed { reason: String },
 }
 
@@ -198,7 +198,7 @@ pub struct Pool {
 
 /// Whether a failed call means the backend itself is gone or broken (drop it, try another),
 /// rather than a verdict on the request.
-pub(crate) fn is_backend_failure(s: &Status) -> bool {
+pub fn is_backend_failure(s: &Status) -> bool {
     match s.code() {
         Code::Unavailable | Code::Unknown | Code::DataLoss => true,
         // tonic reports a connection that broke mid-call (the peer died) as INTERNAL or
@@ -335,7 +335,7 @@ impl Pool {
     /// Runs a unary call on a verified backend of `role`, moving on to the next verified
     /// replica when a backend turns out to be gone. Unary model calls are idempotent, so the
     /// retry cannot duplicate an effect.
-    pub(crate) async fn unary<T, F, Fut>(&self, role: Role, call: F) -> Result<T>
+    pub async fn unary<T, F, Fut>(&self, role: Role, call: F) -> Result<T>
     where
         F: Fn(Channel) -> Fut,
         Fut: Future<Output = std::result::Result<T, Status>>,
@@ -361,7 +361,7 @@ impl Pool {
     /// Opens a server stream on a verified backend of `role`. Fails over like [`Self::unary`]
     /// until the stream has produced its first message; after that a broken stream is the
     /// caller's to report (see [`Routed::broken`]).
-    pub(crate) async fn stream<T, F, Fut>(&self, role: Role, open: F) -> Result<(Routed, Option<T>, tonic::Streaming<T>)>
+    pub async fn stream<T, F, Fut>(&self, role: Role, open: F) -> Result<(Routed, Option<T>, tonic::Streaming<T>)>
     where
         F: Fn(Channel) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Streaming<T>, Status>>,
@@ -388,14 +388,14 @@ impl Pool {
 }
 
 /// The backend a stream was routed to.
-pub(crate) struct Routed {
+pub struct Routed {
     backend: Arc<Backend>,
 }
 
 impl Routed {
     /// The error for a stream that failed after it had started; drops the backend if the
     /// failure was the backend's.
-    pub(crate) fn broken(&self, status: Status) -> GatewayError {
+    pub fn broken(&self, status: Status) -> GatewayError {
         let spec = &self.backend.spec;
         if is_backend_failure(&status) {
             self.backend.fail(format!("stream broke: {}", status.message()));

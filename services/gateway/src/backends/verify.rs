@@ -30,7 +30,7 @@ pub(super) async fn run(backend: BackendRef) {
 
 async fn verify_once(b: &Arc<Backend>) -> bool {
     let existing = match &*b.state.lock().expect("backend state") {
-        State::Verified { channel, .. } => Some(channel.clone()),
+        State::Verified { channel, .. } => Some(AttestedChannel::clone(channel)),
         _ => None,
     };
     let was_verified = existing.is_some();
@@ -52,7 +52,7 @@ async fn verify_once(b: &Arc<Backend>) -> bool {
                     "backend verified"
                 );
             }
-            *state = State::Verified { channel, facts: Facts::of(&verified), at: Instant::now() };
+            *state = State::Verified { channel: Box::new(channel), facts: Facts::of(&verified), at: Instant::now() };
             true
         }
         Err(reason) => {

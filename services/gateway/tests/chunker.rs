@@ -1,0 +1,79 @@
+//! Chunking with the embedder's real tokenizer (MiniLM from the offline model cache).
+
+use std::path::PathBuf;
+
+use api::v1::Chunking;
+use gateway::chunker::Chunker;
+
+fn model(name: &str) -> PathBuf {
+    let root = std::env::var_os("GELO_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/gelo"));
+    let p = root.join("models").join(name);
+    assert!(p.exists(), "{} is missing: run scripts/fetch-models.sh", p.display());
+    p
+}
+
+fn text(sentences: usize) -> String {
+    (0..sentences).map(|i| format!("Sentence number {i} says something about café crème and naïve résumés. ")).collect()
+}
+
+#[test]
+fn passages_fit_the_embedder_with_their_title_and_cover_the_text() {
+    let c = Chunker::load(&model("all-minilm-l6-v2"), 200, 40).unwrap();
+    assert_eq!(c.model_max, Some(256), "sentence_bert_config.json's max_seq_length");
+    let body = text(120);
+    let title: String = "A rather long title about the chunking of documents ".repeat(8);
+    let title_tokens = c.count(title.trim()).unwrap();
+    assert!(title_tokens > 56, "{title_tokens}");
+    let passages = c.plan(&title, &body, Chunking::Tokens).unwrap();
+    assert!(passages.len() > 5);
+    for p in &passages {
+        assert!(p.embed_input.starts_with(title.trim()), "the title is embedded with every passage");
+        // [CLS] + title + passage + [SEP] within the model's 256 tokens: nothing is truncated.
+        let n = c.count(&p.embed_input).unwrap() + 2;
+        assert!(n <= 256, "{n} tokens");
+        assert!(c.count(&p.text).unwrap() <= 254 - 8 - title_tokens);
+    }
+    // Verbatim slices that cover the whole text, in order, overlapping.
+    assert!(body.starts_with(passages[0].text.as_str()));
+    assert!(body.ends_with(passages.last().unwrap().text.as_str()));
+    let (mut search_from, mut covered) = (0, 0);
+    for p in &passages {
+        let at = body[search_from..].find(p.text.as_str()).map(|i| i + search_from).expect("a slice of the text, in order");
+        assert!(at <= covered, "a gap before byte {at}");
+        assert!(at + p.text.len() > covered, "a passage that adds nothing");
+        covered = at + p.text.len();
+        search_from = at + 1;
+    }
+    assert_eq!(covered, body.len());
+
+    // Without a title the window is the configured 200 tokens.
+    let plain = c.plan("", &body, Chunking::Tokens).unwrap();
+    // 200 tokens as the document tokenizes them; a window starting inside a word may take a few more alone.
+    assert!(plain.iter().all(|p| p.embed_input == p.text && c.count(&p.text).unwrap() <= 208));
+    assert!(plain.len() < passages.len(), "a long title leaves less room per passage");
+}
+
+#[test]
+fn whole_documents_are_embedded_exactly_like_beir() {
+    let c = Chunker::load(&model("all-minilm-l6-v2"), 200, 40).unwrap();
+    let p = c.plan("Title ", "Body text.", Chunking::Whole).unwrap();
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].embed_input, "Title  Body text.", "title + \" \" + text, untouched");
+    assert_eq!(p[0].text, "Body text.");
+    assert_eq!(c.plan("", "Body.", Chunking::Whole).unwrap()[0].embed_input, "Body.");
+    assert!(c.plan("T", " \n\t", Chunking::Whole).unwrap().is_empty());
+    assert!(c.plan("T", "", Chunking::Tokens).unwrap().is_empty());
+}
+
+#[test]
+fn a_gguf_tokenizer_and_bad_settings() {
+    let c = Chunker::load(&model("smollm2-135m-instruct.gguf"), 64, 8).unwrap();
+    assert_eq!(c.model_max, None);
+    let passages = c.plan("", &text(40), Chunking::Tokens).unwrap();
+    assert!(passages.len() > 3 && passages.iter().all(|p| c.count(&p.text).unwrap() <= 64));
+    assert!(Chunker::load(&model("all-minilm-l6-v2"), 10, 10).is_err(), "overlap must be below the window");
+    assert!(Chunker::load(&model("all-minilm-l6-v2"), 0, 0).is_err());
+    assert!(Chunker::load(&std::env::temp_dir().join("no-such-model"), 10, 2).is_err());
+}

@@ -1,0 +1,188 @@
+//! Attested routing against in-process RA-TLS backends (no models, loopback TCP): requests
+//! spread over verified replicas, move to the survivor when one stops, fail closed with the
+//! reasons when none is left, and return to a backend that restarts and verifies again;
+//! backends proving another role or key are never called.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use api::v1::{embedder_client::EmbedderClient, embedder_server, EmbedRequest, EmbedResponse, Embedding};
+use attest::{issuer::default_mock_measurement, MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot};
+use gateway::{BackendSpec, Pool, Role, VerifyTiming};
+use server::serve::{health, serve, ServeOptions, Transport};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tonic::{Request, Response, Status};
+
+const MODEL: [u8; 32] = [7; 32];
+
+fn pki_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gateway-routing-mock-pki");
+    MockPki::load_or_create(&dir).unwrap();
+    dir
+}
+
+fn policy() -> Policy {
+    let pki = MockPki::load_or_create(&pki_dir()).unwrap();
+    Policy::default().with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())]).allow_measurement(default_mock_measurement())
+}
+
+/// Answers every text with `[id, 1]` and counts the texts it saw.
+struct Fake {
+    id: f32,
+    calls: Arc<AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl embedder_server::Embedder for Fake {
+    async fn embed(&self, r: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
+        let texts = r.into_inner().texts;
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let embeddings = texts.iter().map(|_| Embedding { values: vec![self.id, 1.0] }).collect();
+        Ok(Response::new(EmbedResponse { embeddings, ..Default::default() }))
+    }
+}
+
+struct Backend {
+    addr: SocketAddr,
+    calls: Arc<AtomicUsize>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Backend {
+    async fn start(id: f32, role: &str, at: Option<SocketAddr>, calls: Arc<AtomicUsize>) -> Backend {
+        let issuer = Arc::new(MockIssuer::load_or_create(pki_dir()).unwrap());
+        let claims = ServiceClaims { model_identity: MODEL, scheme_json: serde_json::json!({ "role": role }).to_string(), role: role.into() };
+        let identity = Arc::new(ServerIdentity::generate(issuer, claims).unwrap());
+        let mut listener = None;
+        for _ in 0..50 {
+            match TcpListener::bind(at.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap())).await {
+                Ok(l) => {
+                    listener = Some(l);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await, // the old port is still closing
+            }
+        }
+        let listener = listener.expect("binding");
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        let routes = tonic::service::Routes::new(embedder_server::EmbedderServer::new(Fake { id, calls: calls.clone() }));
+        let opts = ServeOptions { listener, transport: Transport::RaTls { identity, clients: None }, metrics_listener: None, metrics: server::Metrics::new(role) };
+        let task = tokio::spawn(async move {
+            serve(opts, routes, health(), async move {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Backend { addr, calls, stop: Some(tx), task }
+    }
+
+    async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.task).await;
+    }
+
+    fn spec(&self) -> BackendSpec {
+        BackendSpec { role: Role::Embedder, endpoint: self.addr.to_string(), model_identity: Some(MODEL), scheme_identity: None, tls_spki_sha256: None }
+    }
+}
+
+async fn embed(pool: &Pool) -> Result<f32, gateway::GatewayError> {
+    pool.unary(Role::Embedder, |ch| async move {
+        let r = EmbedderClient::new(ch).embed(EmbedRequest { texts: vec!["t".into()], ..Default::default() }).await?;
+        Ok(r.into_inner().embeddings[0].values[0])
+    })
+    .await
+}
+
+async fn verified(pool: &Pool, n: usize) {
+    for _ in 0..200 {
+        if pool.status().iter().filter(|b| b.verified).count() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("expected {n} verified backends: {:#?}", pool.status());
+}
+
+fn fast() -> VerifyTiming {
+    VerifyTiming { interval: Duration::from_millis(300), retry: Duration::from_millis(100), timeout: Duration::from_secs(5) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_spread_fail_over_fail_closed_and_come_back() {
+    let mut a = Backend::start(1.0, "embedder", None, Arc::default()).await;
+    let mut b = Backend::start(2.0, "embedder", None, Arc::default()).await;
+    let pool = Pool::new(policy(), None, fast());
+    pool.set_backends(&[a.spec(), b.spec()]);
+    verified(&pool, 2).await;
+
+    // Round-robin over the verified replicas.
+    for _ in 0..10 {
+        embed(&pool).await.unwrap();
+    }
+    assert_eq!((a.calls.load(Ordering::SeqCst), b.calls.load(Ordering::SeqCst)), (5, 5));
+
+    // A stops: every request still succeeds, on B.
+    a.stop().await;
+    for _ in 0..6 {
+        assert_eq!(embed(&pool).await.unwrap(), 2.0);
+    }
+    let st = pool.status();
+    let down = st.iter().find(|s| s.endpoint == a.addr.to_string()).unwrap();
+    assert!(!down.verified && !down.reason.is_empty(), "{down:?}");
+
+    // B stops too: fail closed, UNAVAILABLE, naming the role and each backend's reason.
+    b.stop().await;
+    let e = loop {
+        match embed(&pool).await {
+            Err(e) => break e,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let s: Status = e.into();
+    assert_eq!(s.code(), tonic::Code::Unavailable);
+    assert!(s.message().contains("no verified embedder") && s.message().contains(&a.addr.to_string()), "{}", s.message());
+
+    // A restarts on its port with a new key and new evidence: verified again, used again.
+    let calls = a.calls.clone();
+    let before = calls.load(Ordering::SeqCst);
+    let a2 = Backend::start(3.0, "embedder", Some(a.addr), calls.clone()).await;
+    verified(&pool, 1).await;
+    assert_eq!(embed(&pool).await.unwrap(), 3.0);
+    assert_eq!(calls.load(Ordering::SeqCst), before + 1);
+    drop(a2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_role_or_an_unpinned_key_is_never_called() {
+    let good = Backend::start(1.0, "embedder", None, Arc::default()).await;
+    // A genuine service with the right model, but it proves the reranker role.
+    let reranker = Backend::start(9.0, "reranker", None, Arc::default()).await;
+    let pool = Pool::new(policy(), None, fast());
+    let mut pinned = good.spec();
+    pinned.tls_spki_sha256 = Some([0; 32]);
+    pool.set_backends(&[good.spec(), reranker.spec(), pinned]);
+    verified(&pool, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the others fail at least once
+    for _ in 0..8 {
+        assert_eq!(embed(&pool).await.unwrap(), 1.0);
+    }
+    assert_eq!(reranker.calls.load(Ordering::SeqCst), 0);
+    let st = pool.status();
+    let reasons: Vec<&str> = st.iter().filter(|s| !s.verified).map(|s| s.reason.as_str()).collect();
+    assert!(reasons.iter().any(|r| r.starts_with("role_not_allowed")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.starts_with("tls_key_not_pinned")), "{reasons:?}");
+    assert_eq!(good.calls.load(Ordering::SeqCst), 8);
+}
