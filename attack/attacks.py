@@ -287,18 +287,32 @@ def bss_nn_attack(pub, site, limit=None):
     return tally.result()
 
 
-def lm_head_bss_attack(pub, site, limit=None):
-    """BSS at the LM-head shape: FastICA on U, then for each component and sign the
-    logits against the public head; the most peaked one is taken as the hidden state."""
+def lm_head_bss_attack(pub, site, limit=None, reference=None):
+    """BSS at the LM-head shape: FastICA on U, then the component (and sign) closest to a
+    typical final hidden state — `reference`, the mean of final hidden states the attacker
+    computes by running the public model on its own text — is taken as the hidden row, and
+    its logits against the public head name the next token. Without a reference, the most
+    peaked logits decide."""
     tally = Tally(pub)
     w = pub.lm_head
     for i in site.sample(limit, seed=7):
         _, u, _, toks, _ = site.block(i)
         m = rank(u)
-        comps = fastica(u, m) if m > 1 else u - u.mean(1, keepdims=True)
-        logits = np.concatenate([comps, -comps]).astype(np.float32) @ w.T
-        z = (logits.max(1) - logits.mean(1)) / (logits.std(1) + 1e-30)
-        tally.add(toks, logits.argmax(1), z, positional=False)
+        if m > 1:
+            # The unmixing applied to U itself, not to its centred copy: logits need the
+            # row's mean, which centring throws away.
+            ica = FastICA(n_components=m, whiten="unit-variance", fun="logcosh", max_iter=400, tol=1e-4,
+                          random_state=0).fit(np.asarray(u, dtype=np.float64).T)
+            comps = ica.components_ @ u
+        else:
+            comps = u
+        cands = np.concatenate([comps, -comps]).astype(np.float32)
+        logits = cands @ w.T
+        if reference is None:
+            score = (logits.max(1) - logits.mean(1)) / (logits.std(1) + 1e-30)
+        else:
+            score = unit(cands) @ unit(reference[None, :])[0]
+        tally.add(toks, logits.argmax(1), score, positional=False)
     return tally.result()
 
 

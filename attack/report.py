@@ -89,6 +89,9 @@ def attack_model(args, root, prompts):
     for i in range(len(c0_l0)):
         p, _, h, _, _ = c0_l0.block(i)
         candidates.setdefault(p, h)
+    # The attacker's own plaintext runs of the public model: a typical final hidden state.
+    c0_head = Site(root, "c0", "decode", "lm_head")
+    reference = np.asarray(c0_head.H, dtype=np.float64).mean(axis=0) if c0_head.ok else None
     for label, phase, cond in COLUMNS:
         site_phase = "decode" if phase in ("decode", "lm_head") else "prefill"
         l0 = Site(root, cond, site_phase, "l0")
@@ -99,7 +102,7 @@ def attack_model(args, root, prompts):
                 continue
             put("LM-head argmax", label, lambda: A.lm_head_attack(pub, head, L["nn"]))
             put("FastICA", label, lambda: A.bss_attack(pub, head, "fastica", L["ica"]))
-            put("BSS→argmax (extra)", label, lambda: A.lm_head_bss_attack(pub, head, L["ica"]))
+            put("BSS→argmax (extra)", label, lambda: A.lm_head_bss_attack(pub, head, L["ica"], reference))
             continue
         if not l0.ok:
             continue
