@@ -51,6 +51,9 @@ impl embedder_server::Embedder for Fake {
 
 struct Backend {
     addr: SocketAddr,
+    /// Hex SHA-256 of its TLS key, as the operator's routing table names it.
+    #[allow(dead_code)]
+    spki: String,
     calls: Arc<AtomicUsize>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
@@ -61,6 +64,7 @@ impl Backend {
         let issuer = Arc::new(MockIssuer::load_or_create(pki_dir()).unwrap());
         let claims = ServiceClaims { model_identity: MODEL, scheme_json: serde_json::json!({ "role": role }).to_string(), role: role.into() };
         let identity = Arc::new(ServerIdentity::generate(issuer, claims).unwrap());
+        let spki = hex::encode(identity.tls_spki_sha256());
         let mut listener = None;
         for _ in 0..50 {
             match TcpListener::bind(at.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap())).await {
@@ -83,7 +87,7 @@ impl Backend {
             .await
             .unwrap();
         });
-        Backend { addr, calls, stop: Some(tx), task }
+        Backend { addr, spki, calls, stop: Some(tx), task }
     }
 
     async fn stop(&mut self) {
@@ -185,4 +189,85 @@ async fn another_role_or_an_unpinned_key_is_never_called() {
     assert!(reasons.iter().any(|r| r.starts_with("role_not_allowed")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.starts_with("tls_key_not_pinned")), "{reasons:?}");
     assert_eq!(good.calls.load(Ordering::SeqCst), 8);
+}
+
+#[cfg(feature = "kubernetes")]
+#[path = "../../../operator/tests/support/apiserver.rs"]
+mod apiserver;
+
+/// The operator's routing ConfigMap through the Kubernetes API (the operator tests' in-memory
+/// API server): routes and policy applied as they change, a bad table refused, a deleted
+/// ConfigMap routing nowhere.
+#[cfg(feature = "kubernetes")]
+mod configmap {
+    use super::*;
+
+    fn routes(backends: &[&Backend], version: u32) -> String {
+        let entries: Vec<serde_json::Value> = backends
+            .iter()
+            .map(|b| {
+                serde_json::json!({
+                    "pod": format!("e-{}", b.addr.port()), "ip": b.addr.ip().to_string(), "port": b.addr.port(),
+                    "tlsSpkiSha256": b.spki, "modelIdentity": hex::encode(MODEL), "schemeIdentity": "", "measurement": ""
+                })
+            })
+            .collect();
+        serde_json::json!({"version": version, "pipeline": "demo", "namespace": "rag", "generation": 1,
+            "components": {"embedder": entries, "reranker": [], "generator": [], "gateway": []}})
+        .to_string()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_routes_configmap_is_followed_through_the_api() {
+        let api = apiserver::FakeApiServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        // SAFETY: the only test in this process that reads the environment's kubeconfig.
+        unsafe { std::env::set_var("KUBECONFIG", api.write_kubeconfig(dir.path())) };
+        let a = Backend::start(1.0, "embedder", None, Arc::default()).await;
+        let b = Backend::start(2.0, "embedder", None, Arc::default()).await;
+        let policy_json = serde_json::to_string(&policy()).unwrap();
+        let cm = |routes: String| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "demo-routes", "namespace": "rag"},
+                "data": {"routes.json": routes, "policy.json": policy_json}})
+        };
+        api.insert(cm(routes(&[&a], 1)));
+        // Another ConfigMap in the namespace must not matter.
+        api.insert(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "rag"}, "data": {}}));
+
+        // Starts with AMD roots only: nothing verifies until the ConfigMap's policy arrives.
+        let pool = Pool::new(Policy::default(), None, fast());
+        let _watch = gateway::backends::routes::follow_configmap(pool.clone(), "demo-routes".into(), "rag".into(), true).await.unwrap();
+        verified(&pool, 1).await;
+        assert_eq!(embed(&pool).await.unwrap(), 1.0);
+
+        // B joins, A leaves.
+        api.update("core/v1/configmaps", "rag", "demo-routes", |o| o["data"]["routes.json"] = routes(&[&b], 1).into());
+        for _ in 0..100 {
+            if pool.specs().len() == 1 && pool.specs()[0].endpoint == b.addr.to_string() && pool.status()[0].verified {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(embed(&pool).await.unwrap(), 2.0);
+        let pinned = pool.specs()[0].tls_spki_sha256.unwrap();
+        assert_eq!(hex::encode(pinned), b.spki, "the operator's key is pinned");
+
+        // A table of another version is refused; the last good one stays.
+        api.update("core/v1/configmaps", "rag", "demo-routes", |o| o["data"]["routes.json"] = routes(&[&a], 2).into());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(pool.specs().len(), 1);
+        assert_eq!(embed(&pool).await.unwrap(), 2.0);
+
+        // Deleted: route nowhere, fail closed.
+        api.delete("core/v1/configmaps", "rag", "demo-routes");
+        for _ in 0..100 {
+            if pool.specs().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let s: Status = embed(&pool).await.unwrap_err().into();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert_eq!(a.calls.load(Ordering::SeqCst), 1);
+    }
 }
