@@ -21,6 +21,8 @@ enum What {
     Engine(EngineArgs),
     /// Whole-model forward (embedding) or decode at real shapes, plain vs masked.
     Model(super::bench_model::ModelArgs),
+    /// A model service as a process over RA-TLS, driven by concurrent clients.
+    Serve(super::bench_serve::ServeArgs),
     /// The Vulkan engine on one GPU: GEMM throughput, decode round trip, masked blocks.
     Gpu(super::bench_gpu::Args),
 }
@@ -108,6 +110,7 @@ pub fn run(args: Args) -> Result<()> {
         What::Protocol(a) => protocol_bench(a),
         What::Engine(a) => engine_bench(a),
         What::Model(a) => super::bench_model::run(a),
+        What::Serve(a) => super::bench_serve::run(a),
         What::Gpu(a) => super::bench_gpu::run(a),
     }
 }

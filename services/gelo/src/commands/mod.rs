@@ -9,3 +9,4 @@ pub mod bench_model;
 pub mod gateway;
 pub mod rag;
 pub mod up;
+pub mod bench_serve;
