@@ -65,6 +65,8 @@ pub struct GatewayConfig {
     /// The operator's routing table, followed as it changes.
     pub routes: Option<RoutesSource>,
     pub timing: VerifyTiming,
+    /// Embed and rerank calls in flight per backend.
+    pub backend_in_flight: usize,
     pub data_dir: PathBuf,
     /// Sealing key file; `None`: `<data_dir>/sealing.key` with mock attestation, the SEV-SNP
     /// derived key on hardware.
@@ -147,6 +149,7 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
         _ => return Err(GatewayError::Config("a policy is required (--policy FILE) to verify backends".into())),
     };
     let pool = Pool::new(policy, Some(identity.clone()), cfg.timing);
+    pool.set_unary_in_flight(cfg.backend_in_flight);
     pool.set_backends(&cfg.backends);
     let _routes_task = match &cfg.routes {
         Some(RoutesSource::File { routes, policy, poll }) => {

@@ -173,13 +173,13 @@ impl Pipeline {
     /// Scores `documents` against `query`; `(index, score)` best first, and the tokens used.
     pub async fn rerank(&self, query: &str, documents: Vec<String>, top_n: u32) -> Result<(Vec<(usize, f32)>, u32)> {
         let req = RerankRequest { query: query.to_string(), documents, top_n, truncate: true };
-        let resp = self
-            .pool
-            .unary(Role::Reranker, |ch| {
+        let resp = retry_busy(|| {
+            self.pool.unary(Role::Reranker, |ch| {
                 let req = req.clone();
                 async move { RerankerClient::new(ch).max_decoding_message_size(MAX_BACKEND_MESSAGE).rerank(req).await.map(|r| r.into_inner()) }
             })
-            .await?;
+        })
+        .await?;
         let n = req.documents.len();
         let mut out = Vec::with_capacity(resp.results.len());
         for r in resp.results {

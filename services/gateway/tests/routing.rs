@@ -33,10 +33,13 @@ fn policy() -> Policy {
     Policy::default().with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())]).allow_measurement(default_mock_measurement())
 }
 
-/// Answers every text with `[id, 1]` and counts the texts it saw.
+/// Answers every text with `[id, 1]` and counts the calls it saw; a text "slow" takes 200 ms,
+/// and the most calls it ever had at once is recorded.
 struct Fake {
     id: f32,
     calls: Arc<AtomicUsize>,
+    active: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
 }
 
 #[tonic::async_trait]
@@ -44,6 +47,12 @@ impl embedder_server::Embedder for Fake {
     async fn embed(&self, r: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
         let texts = r.into_inner().texts;
         self.calls.fetch_add(1, Ordering::SeqCst);
+        let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        if texts.iter().any(|t| t == "slow") {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.active.fetch_sub(1, Ordering::SeqCst);
         let embeddings = texts.iter().map(|_| Embedding { values: vec![self.id, 1.0] }).collect();
         Ok(Response::new(EmbedResponse { embeddings, ..Default::default() }))
     }
@@ -51,6 +60,7 @@ impl embedder_server::Embedder for Fake {
 
 struct Backend {
     addr: SocketAddr,
+    peak: Arc<AtomicUsize>,
     /// Hex SHA-256 of its TLS key, as the operator's routing table names it.
     #[allow(dead_code)]
     spki: String,
@@ -78,7 +88,9 @@ impl Backend {
         let listener = listener.expect("binding");
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel();
-        let routes = tonic::service::Routes::new(embedder_server::EmbedderServer::new(Fake { id, calls: calls.clone() }));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let fake = Fake { id, calls: calls.clone(), active: Arc::default(), peak: peak.clone() };
+        let routes = tonic::service::Routes::new(embedder_server::EmbedderServer::new(fake));
         let opts = ServeOptions { listener, transport: Transport::RaTls { identity, clients: None }, metrics_listener: None, metrics: server::Metrics::new(role) };
         let task = tokio::spawn(async move {
             serve(opts, routes, health(), async move {
@@ -87,7 +99,7 @@ impl Backend {
             .await
             .unwrap();
         });
-        Backend { addr, spki, calls, stop: Some(tx), task }
+        Backend { addr, peak, spki, calls, stop: Some(tx), task }
     }
 
     async fn stop(&mut self) {
@@ -167,6 +179,32 @@ async fn requests_spread_fail_over_fail_closed_and_come_back() {
     assert_eq!(embed(&pool).await.unwrap(), 3.0);
     assert_eq!(calls.load(Ordering::SeqCst), before + 1);
     drop(a2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_the_in_flight_limit_wait_in_the_gateway_and_go_to_the_least_loaded() {
+    let a = Backend::start(1.0, "embedder", None, Arc::default()).await;
+    let b = Backend::start(2.0, "embedder", None, Arc::default()).await;
+    let pool = Pool::new(policy(), None, fast());
+    pool.set_unary_in_flight(1);
+    pool.set_backends(&[a.spec(), b.spec()]);
+    verified(&pool, 2).await;
+    let calls = (0..8).map(|_| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.unary(Role::Embedder, |ch| async move {
+                EmbedderClient::new(ch).embed(EmbedRequest { texts: vec!["slow".into()], ..Default::default() }).await.map(|r| r.into_inner())
+            })
+            .await
+        })
+    });
+    for c in calls.collect::<Vec<_>>() {
+        c.await.unwrap().expect("every call succeeds, later ones after waiting");
+    }
+    assert_eq!(a.peak.load(Ordering::SeqCst), 1, "at most one call at a time per backend");
+    assert_eq!(b.peak.load(Ordering::SeqCst), 1);
+    assert_eq!(a.calls.load(Ordering::SeqCst) + b.calls.load(Ordering::SeqCst), 8);
+    assert!(a.calls.load(Ordering::SeqCst) >= 3 && b.calls.load(Ordering::SeqCst) >= 3, "both replicas share the load");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,10 @@ use std::{
 };
 
 use attest::{ratls::AttestedChannel, Policy, ServerIdentity};
-use tokio::{sync::Notify, task::JoinHandle};
+use tokio::{
+    sync::{Notify, Semaphore},
+    task::JoinHandle,
+};
 use tonic::{transport::Channel, Code, Status};
 
 use crate::{
@@ -116,7 +119,28 @@ pub(crate) struct Backend {
     state: Mutex<State>,
     wake: Notify,
     requests: AtomicU64,
+    /// Unary calls in flight to this backend at most: the rest wait here, in the gateway,
+    /// rather than in the service's batch queue, which gives up after 30 s.
+    permits: Arc<Semaphore>,
+    /// Calls and streams in flight (waiting for a slot included): what `pick` balances.
+    load: AtomicUsize,
     task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Counts one call or stream in `Backend::load` while it lives.
+struct Load(Arc<Backend>);
+
+impl Load {
+    fn new(b: &Arc<Backend>) -> Load {
+        b.load.fetch_add(1, Ordering::Relaxed);
+        Load(b.clone())
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.0.load.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Backend {
@@ -188,7 +212,12 @@ struct Inner {
     policy: RwLock<Arc<Policy>>,
     identity: Option<Arc<ServerIdentity>>,
     timing: VerifyTiming,
+    unary_in_flight: AtomicUsize,
 }
+
+/// Unary calls (embed, rerank) in flight per backend by default: two keep a service's batcher
+/// busy (one pass running, one queued) without queueing work behind it that could time out.
+pub const DEFAULT_UNARY_IN_FLIGHT: usize = 2;
 
 /// The backends of every role. Cheap to clone.
 #[derive(Clone)]
@@ -217,8 +246,14 @@ impl Pool {
                 policy: RwLock::new(Arc::new(policy)),
                 identity,
                 timing,
+                unary_in_flight: AtomicUsize::new(DEFAULT_UNARY_IN_FLIGHT),
             }),
         }
+    }
+
+    /// Unary calls in flight per backend for backends added from now on (at least 1).
+    pub fn set_unary_in_flight(&self, n: usize) {
+        self.inner.unary_in_flight.store(n.max(1), Ordering::Relaxed);
     }
 
     /// Replaces the backend set. Backends whose spec is unchanged keep their connection and
@@ -272,6 +307,8 @@ impl Pool {
             state: Mutex::new(State::Pending),
             wake: Notify::new(),
             requests: AtomicU64::new(0),
+            permits: Arc::new(Semaphore::new(self.inner.unary_in_flight.load(Ordering::Relaxed))),
+            load: AtomicUsize::new(0),
             task: Mutex::new(None),
         });
         let task = tokio::spawn(verify::run(Arc::downgrade(&backend)));
@@ -306,7 +343,8 @@ impl Pool {
         }
     }
 
-    /// The next verified backend of `role` round-robin, skipping `tried`; fails closed.
+    /// A verified backend of `role` not in `tried`: the least loaded one, round-robin among
+    /// equals; fails closed.
     fn pick(&self, role: Role, tried: &[usize]) -> Result<(Arc<Backend>, Channel)> {
         let set = &self.inner.roles[role.index()];
         let backends = set.backends.read().expect("backends");
@@ -315,14 +353,21 @@ impl Pool {
         }
         let n = backends.len();
         let start = set.next.fetch_add(1, Ordering::Relaxed);
+        let mut best: Option<(usize, Arc<Backend>, Channel)> = None;
         for i in 0..n {
             let b = &backends[(start + i) % n];
             if tried.contains(&(Arc::as_ptr(b) as usize)) {
                 continue;
             }
             if let Some(channel) = b.channel() {
-                return Ok((b.clone(), channel));
+                let load = b.load.load(Ordering::Relaxed);
+                if best.as_ref().is_none_or(|(l, _, _)| load < *l) {
+                    best = Some((load, b.clone(), channel));
+                }
             }
+        }
+        if let Some((_, b, channel)) = best {
+            return Ok((b, channel));
         }
         // Name every backend and why it is out, so the operator sees the whole picture.
         let reasons: Vec<String> = backends
@@ -344,6 +389,8 @@ impl Pool {
         let mut tried: Vec<usize> = Vec::new();
         loop {
             let (backend, channel) = self.pick(role, &tried)?;
+            let _load = Load::new(&backend);
+            let _slot = backend.permits.clone().acquire_owned().await.map_err(|_| GatewayError::Internal("backend closed".into()))?;
             backend.requests.fetch_add(1, Ordering::Relaxed);
             match call(channel).await {
                 Ok(v) => return Ok(v),
@@ -370,13 +417,14 @@ impl Pool {
         let mut tried: Vec<usize> = Vec::new();
         loop {
             let (backend, channel) = self.pick(role, &tried)?;
+            let load = Load::new(&backend);
             backend.requests.fetch_add(1, Ordering::Relaxed);
             let opened = match open(channel).await {
                 Ok(mut stream) => stream.message().await.map(|first| (first, stream)),
                 Err(status) => Err(status),
             };
             match opened {
-                Ok((first, stream)) => return Ok((Routed { backend }, first, stream)),
+                Ok((first, stream)) => return Ok((Routed { backend, _load: load }, first, stream)),
                 Err(status) if is_backend_failure(&status) => {
                     backend.fail(format!("request failed: {}", status.message()));
                     tried.push(Arc::as_ptr(&backend) as usize);
@@ -387,9 +435,10 @@ impl Pool {
     }
 }
 
-/// The backend a stream was routed to.
+/// The backend a stream was routed to; counts in its load while it lives.
 pub struct Routed {
     backend: Arc<Backend>,
+    _load: Load,
 }
 
 impl Routed {

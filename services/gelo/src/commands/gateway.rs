@@ -86,6 +86,9 @@ pub struct GatewayArgs {
     /// Seconds one handshake, challenge or health check may take.
     #[arg(long, env = "GELO_VERIFY_TIMEOUT", default_value_t = 10.0)]
     pub verify_timeout: f64,
+    /// Embed and rerank calls in flight per backend; more wait in the gateway.
+    #[arg(long, env = "GELO_BACKEND_IN_FLIGHT", default_value_t = gateway::backends::DEFAULT_UNARY_IN_FLIGHT)]
+    pub backend_in_flight: usize,
     /// Where the sealed document store lives.
     #[arg(long, env = "GELO_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -191,6 +194,7 @@ impl GatewayArgs {
                 retry: seconds("retry-interval", self.retry_interval)?,
                 timeout: seconds("verify-timeout", self.verify_timeout)?,
             },
+            backend_in_flight: self.backend_in_flight,
             data_dir: self.data_dir.clone().unwrap_or_else(|| cache_dir().join("gateway")),
             sealing_key_file: self.sealing_key_file.clone(),
             chunk_tokens: self.chunk_tokens,
