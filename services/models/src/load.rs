@@ -60,6 +60,18 @@ impl ModelFiles {
         if !path.exists() {
             return Err(ModelError::Config(format!("model path {} does not exist", path.display())));
         }
+        // A folder holding a single GGUF file and no config.json is that file (how the
+        // operator's model volumes hold GGUF models).
+        if path.is_dir() && !path.join("config.json").exists() {
+            let ggufs: Vec<_> = std::fs::read_dir(path)
+                .map_err(crate::error::io(path))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+                .collect();
+            if let [only] = ggufs.as_slice() {
+                return Self::inspect(only, expected);
+            }
+        }
         let (_, manifest) = Manifest::of_path(path)?;
         if let Some(e) = expected {
             manifest.check(e)?;

@@ -123,6 +123,9 @@ pub struct RerankEvalArgs {
     max_seq_length: usize,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Task instruction for LLM rerankers (Qwen3-Reranker's `<Instruct>`).
+    #[arg(long)]
+    instruction: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -225,7 +228,7 @@ pub fn model(a: ModelArgs) -> Result<()> {
 
 fn eval_rerank(a: RerankEvalArgs) -> Result<()> {
     let data = beir::BeirData::load(&a.data)?;
-    let opts = LoadOptions { max_seq_length: Some(a.max_seq_length), ..Default::default() };
+    let opts = LoadOptions { max_seq_length: Some(a.max_seq_length), instruction: a.instruction.clone(), ..Default::default() };
     let r = models::load_reranker(&a.model, a.exec.executor()?, &opts)?;
     let t = Instant::now();
     let (wins, tried) = beir::rerank_pairwise(r.as_ref(), &data, a.queries, a.seed)?;

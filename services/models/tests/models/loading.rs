@@ -67,3 +67,17 @@ fn missing_tensors_and_unknown_architectures_are_named() {
     assert!(matches!(&err, ModelError::UnknownArchitecture(a) if a == "mamba") || err.to_string().contains("mamba"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_folder_holding_one_gguf_loads_as_that_file() {
+    let file = model("smollm2-135m-instruct.gguf");
+    let dir = std::env::temp_dir().join(format!("gelo-gguf-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(&file, dir.join("smollm2-135m-instruct.gguf")).unwrap();
+    let from_dir = models::ModelFiles::inspect(&dir, None).unwrap();
+    let from_file = models::ModelFiles::inspect(&file, None).unwrap();
+    assert_eq!(from_dir.identity, from_file.identity);
+    assert!(matches!(from_dir.kind, models::Kind::Decoder(_)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
