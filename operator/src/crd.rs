@@ -151,18 +151,18 @@ pub struct VolumeSource {
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
-    /// CPU engine (BLIS); for development and small models.
+    /// CPU engine (`gelo --engine cpu`); for development and small models.
     #[default]
     Cpu,
-    /// Vulkan through wgpu: the GPU does the masked products.
-    Wgpu,
+    /// The Vulkan GPU engine (`gelo --engine vulkan`): the GPU does the masked products.
+    Vulkan,
 }
 
 impl Engine {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Cpu => "cpu",
-            Self::Wgpu => "wgpu",
+            Self::Vulkan => "vulkan",
         }
     }
 }

@@ -51,7 +51,7 @@ impl PrivateRAGPipelineSpec {
             reranker: component(hub("cross-encoder/ms-marco-MiniLM-L-6-v2", RERANKER_IDENTITY)),
             generator: ComponentSpec {
                 gpu: Some(GpuSpec { resource_name: "amd.com/gpu".into(), count: 1 }),
-                engine: Engine::Wgpu,
+                engine: Engine::Vulkan,
                 runtime_class_name: Some("kata-qemu-snp".into()),
                 ..component(hub("HuggingFaceTB/SmolLM2-135M-Instruct", GENERATOR_IDENTITY))
             },

@@ -166,6 +166,16 @@ async fn every_owned_object_is_created_with_an_owner_reference() {
     let generator = w.api.get(DEPLOYMENTS, NS, "demo-generator").expect("generator");
     assert_eq!(generator.pointer("/spec/template/spec/runtimeClassName"), Some(&json!("kata-qemu-snp")));
     assert_eq!(generator.pointer("/spec/template/spec/containers/0/resources/limits/amd.com~1gpu"), Some(&json!("1")));
+    // ... and asks `gelo` for its GPU engine by the spec `gelo --engine` parses (cpu | vulkan[:N|:name]).
+    let args: Vec<&str> = generator
+        .pointer("/spec/template/spec/containers/0/args")
+        .and_then(Value::as_array)
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let engine = args.iter().position(|a| *a == "--engine").map(|i| args[i + 1]);
+    assert_eq!(engine, Some("vulkan"), "{args:?}");
     // Services route only to attested pods.
     let svc = w.api.get(SERVICES, NS, "demo-gateway").expect("gateway service");
     assert_eq!(svc.pointer("/spec/selector/gelo.dev~1attested"), Some(&json!("true")));
