@@ -102,7 +102,7 @@ def attack_model(args, root, prompts):
                 continue
             put("LM-head argmax", label, lambda: A.lm_head_attack(pub, head, L["nn"]))
             put("FastICA", label, lambda: A.bss_attack(pub, head, "fastica", L["ica"]))
-            put("BSS→argmax (extra)", label, lambda: A.lm_head_bss_attack(pub, head, L["ica"], reference))
+            put("BSS→argmax (extra)", label, lambda: A.lm_head_bss_attack(pub, head, L["bss_nn"], reference))
             continue
         if not l0.ok:
             continue
@@ -120,7 +120,7 @@ def attack_model(args, root, prompts):
             put("Gram identification (extra)", label, lambda: A.gram_identify_attack(
                 pub, l0, candidates, texts, *SHIELD[cond], order_fn(cond), L["gram"]))
         put("Row-space test (extra)", label, lambda: A.span_attack(pub, l0, L["span"]))
-        put("BSS→NN (extra)", label, lambda: A.bss_nn_attack(pub, l0, L["ica"]))
+        put("BSS→NN (extra)", label, lambda: A.bss_nn_attack(pub, l0, L["bss_nn"]))
     return res
 
 
@@ -185,11 +185,23 @@ def gates(results, calibration):
                 if x is not None:
                     gate(f"{model}: {attack} {l} ≤ 0.10", x <= 0.10, fmt(x))
         for attack in ("FastICA", "JADE"):
+            # "At the level of random alignment". On real hidden states ICA beats a random
+            # rotation by a margin that is a property of the rows, not of the mask: on the
+            # plaintext operand itself (C0, nothing to unmix) MiniLM's excess is 0.050 ± 0.003
+            # (64 blocks), SmolLM2's −0.04. So the gate is: no further above random alignment
+            # than on the plaintext rows (+ 0.02, several standard errors at CI size), and
+            # never more than 0.10 above it (a separating ICA lands 0.4–0.6 above: decode
+            # shapes, calibration).
+            c0, c0r = v(res, attack, "C0"), v(res, attack, "C0", "random")
             for l in ("C2", "C3", "C3b"):
                 x, r = v(res, attack, l), v(res, attack, l, "random")
-                if x is not None:
-                    gate(f"{model}: {attack} {l} at random alignment (≤ random + 0.05)", x <= r + 0.05,
-                         f"{fmt(x)} vs random {fmt(r)}; control C0 {fmt(v(res, attack, 'C0'))}")
+                if x is None or c0 is None:
+                    continue
+                own = max(0.0, c0 - c0r)
+                gate(f"{model}: {attack} {l} at random alignment (excess ≤ plaintext's {own:.3f} + 0.02, and ≤ 0.10)",
+                     x - r <= own + 0.02 and x - r <= 0.10,
+                     f"{fmt(x)} vs random {fmt(r)} (excess {x - r:+.3f}); C0 {fmt(c0)} vs random {fmt(c0r)} "
+                     f"(excess {c0 - c0r:+.3f})")
         for attack, row in res.items():
             if attack.endswith("(extra)") or attack in ("Gram (column)", "Multi-observation"):
                 continue
@@ -265,9 +277,11 @@ def main():
     args.max_tokens = 32
     args.decode_tokens = 8
     args.decode_prompts = 128 if args.full else 16
-    args.limit = ({"nn": None, "ridge": None, "ica": 32, "jade": 8, "gram": None, "span": 128, "groups": None}
+    # BSS blocks: the ICA gates compare means over blocks, so CI takes enough of them for a
+    # standard error of a few thousandths (64 prompts: every FastICA block, 32 for JADE).
+    args.limit = ({"nn": None, "ridge": None, "ica": 128, "jade": 48, "bss_nn": 32, "gram": None, "span": 128, "groups": None}
                   if args.full else
-                  {"nn": None, "ridge": None, "ica": 3, "jade": 2, "gram": None, "span": 16, "groups": 1})
+                  {"nn": None, "ridge": None, "ica": 64, "jade": 32, "bss_nn": 4, "gram": None, "span": 16, "groups": 1})
     run = Path(args.cache) / ("full" if args.full else "ci")
     run.mkdir(parents=True, exist_ok=True)
     prompts = corpus.build(args.data, size, repeats=(4, 8) if args.full else (2, 4), similar=8 if args.full else 4)
