@@ -278,11 +278,8 @@ impl Verifier {
         let ark = parse_cert(&chain.ark_der, CertRole::Ark)?;
         let ask = parse_cert(&chain.ask_der, CertRole::Ask)?;
         let vcek = parse_cert(&chain.vcek_der, CertRole::Vcek)?;
-        let root = trusted_root(&roots, &ark, claimed)?;
-        let (ark_s, ask_s, vcek_s) = (sev_cert(&ark), sev_cert(&ask), sev_cert(&vcek));
-        (&ark_s, &ark_s).verify().map_err(|e| VerifyError::ArkSelfSignatureInvalid(e.to_string()))?;
-        (&ark_s, &ask_s).verify().map_err(|e| VerifyError::AskSignatureInvalid(e.to_string()))?;
-        (&ask_s, &vcek_s).verify().map_err(|e| VerifyError::VcekSignatureInvalid(e.to_string()))?;
+        let (root, ask_s) = check_ark_ask(&roots, &ark, &ask, claimed)?;
+        let vcek_s = check_vcek(&ask_s, &vcek)?;
         if policy.check_certificate_validity {
             let now = self.now.unwrap_or_else(SystemTime::now);
             for (cert, which) in [(&ark, CertRole::Ark), (&ask, CertRole::Ask), (&vcek, CertRole::Vcek)] {
@@ -364,6 +361,31 @@ fn parse_cert(der: &[u8], which: CertRole) -> Result<x509_cert::Certificate, Ver
 
 fn sev_cert(cert: &x509_cert::Certificate) -> sev::certs::snp::Certificate {
     sev::certs::snp::Certificate::from(cert.clone())
+}
+
+/// The chain up to the ASK: the ARK is a trusted root and signed itself, and signed the
+/// ASK. Returns the root and the ASK in the form that checks the VCEK.
+fn check_ark_ask<'a>(
+    roots: &'a [RootCert],
+    ark: &x509_cert::Certificate,
+    ask: &x509_cert::Certificate,
+    claimed: Option<IssuerKind>,
+) -> Result<(&'a RootCert, sev::certs::snp::Certificate), VerifyError> {
+    let root = trusted_root(roots, ark, claimed)?;
+    let (ark_s, ask_s) = (sev_cert(ark), sev_cert(ask));
+    (&ark_s, &ark_s).verify().map_err(|e| VerifyError::ArkSelfSignatureInvalid(e.to_string()))?;
+    (&ark_s, &ask_s).verify().map_err(|e| VerifyError::AskSignatureInvalid(e.to_string()))?;
+    Ok((root, ask_s))
+}
+
+/// The last link: the ASK signed the VCEK. Returns the VCEK that checks the report.
+fn check_vcek(
+    ask: &sev::certs::snp::Certificate,
+    vcek: &x509_cert::Certificate,
+) -> Result<sev::certs::snp::Certificate, VerifyError> {
+    let vcek_s = sev_cert(vcek);
+    (ask, &vcek_s).verify().map_err(|e| VerifyError::VcekSignatureInvalid(e.to_string()))?;
+    Ok(vcek_s)
 }
 
 fn trusted_root<'a>(
@@ -487,6 +509,64 @@ mod tests {
             check_min_tcb(TCB, Tcb { bootloader: 4, ..Tcb::default() }),
             Err(VerifyError::TcbTooLow { component: "bootloader", got: 3, min: 4 })
         );
+    }
+
+    /// AMD's published chains of every generation through the chain checks that
+    /// [`Verifier::verify_report`] runs for Milan: the committed Milan and Genoa ARK/ASK
+    /// (Turin's are the `sev` crate's built-in ones: none is committed), and the committed
+    /// Milan and Turin VCEKs (no Genoa VCEK is public test data here).
+    #[test]
+    fn amd_chains_of_every_generation_verify() {
+        use crate::amd::AmdGeneration;
+        use x509_cert::der::DecodePem;
+        let pem = |bytes: &[u8]| x509_cert::Certificate::from_pem(bytes).unwrap();
+        let der = |bytes: &[u8]| x509_cert::Certificate::from_der(bytes).unwrap();
+        let roots = Policy::default().roots().unwrap();
+        let in_2025 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_735_689_600);
+        let milan_vcek = der(include_bytes!("../../testdata/amd/milan-vcek.der"));
+        let turin_vcek = der(include_bytes!("../../testdata/amd/turin-vcek.der"));
+        let chains = [
+            (
+                AmdGeneration::Milan,
+                pem(include_bytes!("../../testdata/amd/milan-ark.pem")),
+                pem(include_bytes!("../../testdata/amd/milan-ask.pem")),
+                Some(&milan_vcek),
+            ),
+            (
+                AmdGeneration::Genoa,
+                pem(include_bytes!("../../testdata/amd/genoa-ark.pem")),
+                pem(include_bytes!("../../testdata/amd/genoa-ask.pem")),
+                None,
+            ),
+            (AmdGeneration::Turin, pem(AmdGeneration::Turin.ark_pem()), pem(AmdGeneration::Turin.ask_pem()), Some(&turin_vcek)),
+        ];
+        let mut asks = Vec::new();
+        for (generation, ark, ask, vcek) in &chains {
+            // The committed copies are the roots the verifier has built in.
+            assert_eq!(ark.to_der().unwrap(), generation.ark_der(), "{generation:?} ARK");
+            assert_eq!(ask.to_der().unwrap(), generation.ask_der(), "{generation:?} ASK");
+            let (root, ask_s) =
+                check_ark_ask(&roots, ark, ask, None).unwrap_or_else(|e| panic!("{generation:?} ARK/ASK: {e}"));
+            assert_eq!(root.name, format!("amd-{}", generation.name()));
+            assert_eq!(root.kind, IssuerKind::SevSnp);
+            check_validity(ark, CertRole::Ark, in_2025).unwrap();
+            check_validity(ask, CertRole::Ask, in_2025).unwrap();
+            if let Some(vcek) = vcek {
+                check_vcek(&ask_s, vcek).unwrap_or_else(|e| panic!("{generation:?} VCEK: {e}"));
+                check_validity(vcek, CertRole::Vcek, in_2025).unwrap();
+            }
+            asks.push(ask_s);
+        }
+        // The links are real: an ASK under another generation's ARK, or a VCEK under another
+        // generation's ASK, fails.
+        let (milan, genoa, turin) = (&chains[0], &chains[1], &chains[2]);
+        assert!(matches!(check_ark_ask(&roots, &milan.1, &genoa.2, None), Err(VerifyError::AskSignatureInvalid(_))));
+        assert!(matches!(check_ark_ask(&roots, &genoa.1, &turin.2, None), Err(VerifyError::AskSignatureInvalid(_))));
+        assert!(matches!(check_vcek(&asks[1], &turin_vcek), Err(VerifyError::VcekSignatureInvalid(_))));
+        assert!(matches!(check_vcek(&asks[2], &milan_vcek), Err(VerifyError::VcekSignatureInvalid(_))));
+        // Only the trusted roots count: a Genoa ARK under a Milan-only policy is refused.
+        let milan_only = Policy::default().with_roots(vec![crate::TrustedRoot::Amd(AmdGeneration::Milan)]).roots().unwrap();
+        assert!(matches!(check_ark_ask(&milan_only, &genoa.1, &genoa.2, None), Err(VerifyError::RootNotTrusted)));
     }
 
     #[test]
