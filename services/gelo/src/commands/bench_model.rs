@@ -1,8 +1,10 @@
-//! `gelo bench model`: whole-model forward passes at real shapes (random weights), plain vs
-//! masked on one engine kind, interleaved so drift hits both alike; engine vs TEE time from
-//! a timed engine wrapper.
+//! `gelo bench model`: whole-model forward passes, plain vs masked on one engine kind,
+//! interleaved so drift hits both alike; engine vs TEE time from a timed engine wrapper.
+//! Either a real model from disk (`--model PATH`: an embedder's texts/s, a generator's
+//! decode tok/s and time to first token) or random weights at a named model's real shapes
+//! (`--arch`).
 
-use std::{sync::Arc, time::Instant};
+use std::{path::PathBuf, sync::Arc, time::Instant};
 
 use anyhow::{bail, Result};
 use kernels::{timing::TimedEngine, Engine};
@@ -15,9 +17,13 @@ use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecut
 
 #[derive(clap::Args)]
 pub struct ModelArgs {
-    /// bert-base, qwen3-0.6b or qwen3-1.7b.
+    /// Random weights at the shapes of bert-base, qwen3-0.6b or qwen3-1.7b.
     #[arg(long, default_value = "bert-base")]
     arch: String,
+    /// A real model instead (a BERT embedder folder, or a decoder: GGUF file or folder);
+    /// `--n` is then its max sequence length (texts are cut to it).
+    #[arg(long)]
+    model: Option<PathBuf>,
     /// Engine spec (cpu, vulkan, vulkan:N).
     #[arg(long, default_value = "cpu")]
     engine: String,
@@ -76,6 +82,9 @@ fn tokens(count: usize, vocab: usize, salt: usize) -> Vec<u32> {
 }
 
 pub fn run(a: ModelArgs) -> Result<()> {
+    if let Some(path) = a.model.clone() {
+        return real_model(&a, &path);
+    }
     let Some(arch) = random::by_name(&a.arch) else { bail!("unknown arch {}", a.arch) };
     let (plain, masked) = sides(&a)?;
     let t = Instant::now();
@@ -99,7 +108,7 @@ pub fn run(a: ModelArgs) -> Result<()> {
                         m.forward(&seqs)?;
                         Ok((t.elapsed().as_secs_f64(), side.timed.seconds() - e0))
                     };
-                    cells(&a, b, n, "bert", || run(&mp, &plain), || run(&mm, &masked))?;
+                    cells(&a, &a.arch, b, n, || run(&mp, &plain), || run(&mm, &masked))?;
                 }
             }
         }
@@ -109,23 +118,7 @@ pub fn run(a: ModelArgs) -> Result<()> {
             let dm = random::decoder(cfg, masked.exec.clone(), 1)?;
             eprintln!("provisioned in {:.1}s", t.elapsed().as_secs_f64());
             if a.decode {
-                println!("| model | batch | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | masked engine share |");
-                println!("|---|---|---|---|---|---|---|---|---|");
-                for &b in &a.batch {
-                    let mut rows: Vec<(f64, f64, f64, f64, f64)> = Vec::new();
-                    for _ in 0..a.reps {
-                        let (tp, ttp, _) = decode(&dp, &plain, b, a.prompt, a.steps, vocab)?;
-                        let (tm, ttm, share) = decode(&dm, &masked, b, a.prompt, a.steps, vocab)?;
-                        rows.push((tp, tm, ttp, ttm, share));
-                    }
-                    let col = |f: fn(&(f64, f64, f64, f64, f64)) -> f64| median(rows.iter().map(f).collect());
-                    let (tp, tm) = (col(|r| r.0), col(|r| r.1));
-                    let toks = (b * a.steps) as f64;
-                    println!(
-                        "| {} | {b} | {} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {:.0}% |",
-                        a.arch, a.prompt, toks / tp, toks / tm, tm / tp, col(|r| r.2), col(|r| r.3), 100.0 * col(|r| r.4)
-                    );
-                }
+                decode_table(&a, &a.arch, &dp, &dm, &plain, &masked)?;
             } else {
                 println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | masked engine share |");
                 println!("|---|---|---|---|---|---|");
@@ -140,7 +133,7 @@ pub fn run(a: ModelArgs) -> Result<()> {
                             d.forward(&mut refs, &slices)?;
                             Ok((t.elapsed().as_secs_f64(), side.timed.seconds() - e0))
                         };
-                        cells(&a, b, n, "decoder", || run(&dp, &plain), || run(&dm, &masked))?;
+                        cells(&a, &a.arch, b, n, || run(&dp, &plain), || run(&dm, &masked))?;
                     }
                 }
             }
@@ -152,9 +145,9 @@ pub fn run(a: ModelArgs) -> Result<()> {
 /// Times plain and masked alternately and prints one row.
 fn cells(
     a: &ModelArgs,
+    name: &str,
     b: usize,
     n: usize,
-    _kind: &str,
     mut plain: impl FnMut() -> Result<(f64, f64)>,
     mut masked: impl FnMut() -> Result<(f64, f64)>,
 ) -> Result<()> {
@@ -169,8 +162,7 @@ fn cells(
     }
     let (tp, tm) = (median(tp), median(tm));
     println!(
-        "| {} | {b} × {n} | {:.1} | {:.1} | {:.3} | {:.0}% |",
-        a.arch,
+        "| {name} | {b} × {n} | {:.1} | {:.1} | {:.3} | {:.0}% |",
         b as f64 / tp,
         b as f64 / tm,
         tm / tp,
@@ -204,4 +196,88 @@ fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, st
     }
     let secs = t.elapsed().as_secs_f64();
     Ok((secs, ttft, (side.timed.seconds() - e0) / secs))
+}
+
+/// A text of well over `n` tokens for any tokenizer (the embedder cuts it to `n`), distinct
+/// per `i` so no cache or batching shortcut applies.
+fn long_text(i: usize, n: usize) -> String {
+    let mut t = format!("Record {i}: ");
+    for k in 0..n {
+        t.push_str(&format!("the patient cohort {} showed outcome {} after treatment {}; ", i + k, (i * 31 + k) % 97, k % 13));
+    }
+    t
+}
+
+/// `--model PATH`: the model as `gelo embed` / `gelo generate` load it, twice (plain and
+/// masked executors on engines of the same kind).
+fn real_model(a: &ModelArgs, path: &std::path::Path) -> Result<()> {
+    let files = models::ModelFiles::inspect(path, None)?;
+    let (plain, masked) = sides(a)?;
+    let name = path.file_name().map_or_else(|| "model".into(), |f| f.to_string_lossy().into_owned());
+    match files.kind {
+        models::Kind::Bert { .. } => {
+            println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | masked engine share |");
+            println!("|---|---|---|---|---|---|");
+            for &n in &a.n {
+                let opts = models::LoadOptions { max_seq_length: Some(n), ..Default::default() };
+                let ep = models::load_embedder(path, plain.exec.clone(), &opts)?;
+                let em = models::load_embedder(path, masked.exec.clone(), &opts)?;
+                for &b in &a.batch {
+                    let texts: Vec<String> = (0..b).map(|i| long_text(i, n)).collect();
+                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    let run = |e: &dyn models::Embedder, side: &Side| -> Result<(f64, f64)> {
+                        let (t, e0) = (Instant::now(), side.timed.seconds());
+                        e.embed(&refs)?;
+                        Ok((t.elapsed().as_secs_f64(), side.timed.seconds() - e0))
+                    };
+                    cells(a, &name, b, n, || run(ep.as_ref(), &plain), || run(em.as_ref(), &masked))?;
+                }
+            }
+        }
+        models::Kind::Decoder(_) => {
+            let opts = models::LoadOptions::default();
+            let gp = models::load_generator(path, plain.exec.clone(), &opts)?;
+            let gm = models::load_generator(path, masked.exec.clone(), &opts)?;
+            decode_table(a, &name, &gp.decoder, &gm.decoder, &plain, &masked)?;
+        }
+    }
+    Ok(())
+}
+
+fn decode_table(
+    a: &ModelArgs,
+    name: &str,
+    dp: &models::decoder::Decoder,
+    dm: &models::decoder::Decoder,
+    plain: &Side,
+    masked: &Side,
+) -> Result<()> {
+    let vocab = dp.cfg.vocab_size;
+    println!("| model | batch | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | masked engine share |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for &b in &a.batch {
+        // One untimed pass of each side first (allocations, thread pools, caches).
+        decode(dp, plain, b, a.prompt, 2, vocab)?;
+        decode(dm, masked, b, a.prompt, 2, vocab)?;
+        let mut rows: Vec<(f64, f64, f64, f64, f64)> = Vec::new();
+        for _ in 0..a.reps {
+            let (tp, ttp, _) = decode(dp, plain, b, a.prompt, a.steps, vocab)?;
+            let (tm, ttm, share) = decode(dm, masked, b, a.prompt, a.steps, vocab)?;
+            rows.push((tp, tm, ttp, ttm, share));
+        }
+        let col = |f: fn(&(f64, f64, f64, f64, f64)) -> f64| median(rows.iter().map(f).collect());
+        let (tp, tm) = (col(|r| r.0), col(|r| r.1));
+        let toks = (b * a.steps) as f64;
+        println!(
+            "| {name} | {b} | {} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {:.0}% |",
+            a.prompt,
+            toks / tp,
+            toks / tm,
+            tm / tp,
+            col(|r| r.2),
+            col(|r| r.3),
+            100.0 * col(|r| r.4)
+        );
+    }
+    Ok(())
 }

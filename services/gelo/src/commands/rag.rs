@@ -675,7 +675,7 @@ async fn one_query(mut c: RagClient<Channel>, question: String, a: &BenchArgs) -
 
 async fn bench(a: BenchArgs) -> Result<()> {
     use futures::StreamExt;
-    let mut client = a.conn.connect().await?;
+    let client = a.conn.connect().await?;
     let (docs, questions): (Vec<(String, String, String)>, Vec<String>) = match &a.data {
         Some(dir) => {
             let data = models::beir::BeirData::load(dir)?;
@@ -692,29 +692,46 @@ async fn bench(a: BenchArgs) -> Result<()> {
     };
     let mut report = json!({});
     if a.docs > 0 {
-        let (tx, rx) = tokio::sync::mpsc::channel(256);
-        let n = docs.len();
+        // Ingest at each concurrency level: the documents split over `c` client streams
+        // at once, under ids of their own per level (so no level replaces another's).
         let bytes: usize = docs.iter().map(|(_, t, x)| t.len() + x.len()).sum();
-        let to_send = docs.clone();
-        tokio::spawn(async move {
-            for (id, title, text) in to_send {
-                if tx.send(doc(id, title, text, BTreeMap::new(), false)).await.is_err() {
-                    break;
-                }
+        let mut ingests = Vec::new();
+        for &c in &a.concurrency {
+            let c = c.max(1);
+            let t = Instant::now();
+            let mut tasks = Vec::new();
+            for k in 0..c {
+                let part: Vec<_> = docs.iter().skip(k).step_by(c).map(|(id, ti, x)| (format!("{id}@c{c}"), ti.clone(), x.clone())).collect();
+                let mut cl = client.clone();
+                tasks.push(tokio::spawn(async move {
+                    let (tx, rx) = tokio::sync::mpsc::channel(64);
+                    tokio::spawn(async move {
+                        for (id, title, text) in part {
+                            if tx.send(doc(id, title, text, BTreeMap::new(), false)).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    cl.ingest(tokio_stream::wrappers::ReceiverStream::new(rx)).await.map(|r| r.into_inner())
+                }));
             }
-        });
-        let t = Instant::now();
-        let s = client.ingest(tokio_stream::wrappers::ReceiverStream::new(rx)).await.map_err(status_error)?.into_inner();
-        let secs = t.elapsed().as_secs_f64();
-        println!(
-            "ingest: {n} documents ({:.1} MB, {} passages) in {secs:.1} s = {:.1} docs/s, {:.1} passages/s",
-            bytes as f64 / 1e6,
-            s.chunks,
-            s.documents as f64 / secs,
-            s.chunks as f64 / secs
-        );
-        report["ingest"] = json!({ "documents": s.documents, "passages": s.chunks, "bytes": bytes, "seconds": secs,
-            "docs_per_second": s.documents as f64 / secs, "passages_per_second": s.chunks as f64 / secs });
+            let (mut documents, mut chunks) = (0u64, 0u64);
+            for task in tasks {
+                let s = task.await?.map_err(status_error)?;
+                documents += u64::from(s.documents);
+                chunks += u64::from(s.chunks);
+            }
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "ingest c={c:>2}: {documents} documents ({:.1} MB, {chunks} passages) in {secs:.1} s = {:.1} docs/s, {:.1} passages/s",
+                bytes as f64 / 1e6,
+                documents as f64 / secs,
+                chunks as f64 / secs
+            );
+            ingests.push(json!({ "concurrency": c, "documents": documents, "passages": chunks, "bytes": bytes, "seconds": secs,
+                "docs_per_second": documents as f64 / secs, "passages_per_second": chunks as f64 / secs }));
+        }
+        report["ingest"] = Value::Array(ingests);
     }
     let mut levels = Vec::new();
     for &c in &a.concurrency {
