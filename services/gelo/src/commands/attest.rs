@@ -1,6 +1,7 @@
 //! `gelo attest`: the attestation tools. `mock-pki` makes a mock AMD-shaped PKI, `issue`
 //! writes evidence (mock or hardware), `verify` judges evidence against a policy (exit
-//! status 0 only when accepted), `bench` times issuing and verifying.
+//! status 0 when accepted, 1 when rejected, 2 when it could not judge), `bench` times
+//! issuing and verifying.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -225,19 +226,20 @@ fn export(dir: &Path, evidence: &attest::Evidence) -> Result<()> {
     Ok(())
 }
 
+/// Exit status of `verify` when it could not judge the evidence (unreadable file, bad
+/// policy, bad flag): 2, like a usage error, so that 1 always means "rejected".
+const EXIT_NOT_JUDGED: i32 = 2;
+
 fn verify(args: VerifyArgs) -> Result<()> {
-    let bytes = std::fs::read(&args.evidence).with_context(|| args.evidence.display().to_string())?;
-    let policy = Policy::from_file(&args.policy)?;
-    let scheme_identity = match (&args.scheme_identity, &args.scheme_json) {
-        (Some(hex), _) => Some(parse_hex::<32>("--scheme-identity", hex)?),
-        (None, Some(json)) => Some(attest::scheme_identity(json)?),
-        (None, None) => None,
-    };
-    let expected = ExpectedBinding {
-        model_identity: args.model_identity.as_deref().map(|h| parse_hex::<32>("--model-identity", h)).transpose()?,
-        scheme_identity,
-        tls_spki_sha256: args.tls_spki_sha256.as_deref().map(|h| parse_hex::<32>("--tls-spki-sha256", h)).transpose()?,
-        nonce: hex::decode(&args.nonce).context("--nonce is not hex")?,
+    let (bytes, policy, expected) = match verify_inputs(&args) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            if args.json {
+                println!("{}", serde_json::json!({ "accepted": false, "error": format!("{e:#}") }));
+            }
+            eprintln!("error: {e:#}");
+            std::process::exit(EXIT_NOT_JUDGED)
+        }
     };
     match Verifier::new().verify_bytes(&bytes, &expected, &policy) {
         Ok(verified) => {
@@ -264,6 +266,24 @@ fn verify(args: VerifyArgs) -> Result<()> {
             std::process::exit(1)
         }
     }
+}
+
+/// The evidence bytes, the policy and the expected binding `verify` judges by.
+fn verify_inputs(args: &VerifyArgs) -> Result<(Vec<u8>, Policy, ExpectedBinding)> {
+    let bytes = std::fs::read(&args.evidence).with_context(|| args.evidence.display().to_string())?;
+    let policy = Policy::from_file(&args.policy)?;
+    let scheme_identity = match (&args.scheme_identity, &args.scheme_json) {
+        (Some(hex), _) => Some(parse_hex::<32>("--scheme-identity", hex)?),
+        (None, Some(json)) => Some(attest::scheme_identity(json)?),
+        (None, None) => None,
+    };
+    let expected = ExpectedBinding {
+        model_identity: args.model_identity.as_deref().map(|h| parse_hex::<32>("--model-identity", h)).transpose()?,
+        scheme_identity,
+        tls_spki_sha256: args.tls_spki_sha256.as_deref().map(|h| parse_hex::<32>("--tls-spki-sha256", h)).transpose()?,
+        nonce: hex::decode(&args.nonce).context("--nonce is not hex")?,
+    };
+    Ok((bytes, policy, expected))
 }
 
 fn bench(args: BenchArgs) -> Result<()> {
