@@ -19,7 +19,8 @@ use crate::{limits::overloaded, metrics::Metrics};
 struct Item<J, R> {
     job: J,
     cost: usize,
-    reply: oneshot::Sender<Result<R, Status>>,
+    /// The result and how many requests shared its forward pass.
+    reply: oneshot::Sender<(Result<R, Status>, usize)>,
 }
 
 /// How a batcher groups work.
@@ -107,7 +108,7 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
                         }
                     };
                     for (r, reply) in results.into_iter().zip(replies) {
-                        let _ = reply.send(r);
+                        let _ = reply.send((r, n));
                     }
                 }
             })
@@ -115,8 +116,8 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
         Batcher { tx, depth, policy, metrics }
     }
 
-    /// Queues one job and waits for its result.
-    pub async fn submit(&self, job: J, cost: usize) -> Result<R, Status> {
+    /// Queues one job and waits for its result and the number of requests in its batch.
+    pub async fn submit(&self, job: J, cost: usize) -> Result<(R, usize), Status> {
         if self.depth.load(Ordering::SeqCst) >= self.policy.max_queue {
             return Err(overloaded("request queue", self.policy.max_queue));
         }
@@ -127,7 +128,7 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
             return Err(Status::unavailable("the model thread has stopped"));
         }
         match tokio::time::timeout(crate::QUEUE_WAIT, rx).await {
-            Ok(Ok(r)) => r,
+            Ok(Ok((r, batch))) => r.map(|r| (r, batch)),
             Ok(Err(_)) => Err(Status::internal("the model thread dropped the request")),
             Err(_) => Err(Status::resource_exhausted(format!(
                 "no result within {}s: the service is overloaded",

@@ -5,13 +5,18 @@ use std::{sync::Arc, time::Instant};
 use api::v1::{embedder_server, EmbedRequest, EmbedResponse, Embedding, Usage};
 use models::Embedder;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::{
     batcher::{BatchPolicy, Batcher},
+    health::Health,
     limits::{too_large, Limits},
     metrics::Metrics,
+    rpc::{code_of, Call},
     status,
 };
+
+const SERVICE: &str = embedder_server::SERVICE_NAME;
 
 /// Seconds the engine has spent so far (for engine vs TEE time).
 pub type EngineClock = Arc<dyn Fn() -> f64 + Send + Sync>;
@@ -21,22 +26,24 @@ pub struct EmbedderService {
     batcher: Batcher<Vec<String>, Vec<Vec<f32>>>,
     limits: Limits,
     metrics: Metrics,
+    health: Health,
     model: String,
 }
 
 impl EmbedderService {
-    pub fn new(embedder: Arc<dyn Embedder>, limits: Limits, metrics: Metrics, clock: EngineClock) -> Self {
+    pub fn new(embedder: Arc<dyn Embedder>, limits: Limits, metrics: Metrics, clock: EngineClock, health: Health) -> Self {
         let policy = BatchPolicy {
             window: limits.batch_window,
             budget: limits.batch_tokens,
             max_items: limits.max_texts,
             max_queue: limits.max_queue,
         };
-        let (e, m) = (embedder.clone(), metrics.clone());
+        let (e, m, h) = (embedder.clone(), metrics.clone(), health.clone());
         let batcher = Batcher::spawn("embedder", policy, metrics.clone(), move |jobs: Vec<Vec<String>>| {
-            run_batch(e.as_ref(), &m, &clock, jobs)
+            run_batch(e.as_ref(), &m, &h, &clock, jobs)
         });
-        EmbedderService { model: embedder.identity().to_string(), embedder, batcher, limits, metrics }
+        health.add_service(SERVICE);
+        EmbedderService { model: embedder.identity().to_string(), embedder, batcher, limits, metrics, health }
     }
 
     pub fn into_server(self) -> embedder_server::EmbedderServer<Self> {
@@ -44,7 +51,9 @@ impl EmbedderService {
         embedder_server::EmbedderServer::new(self).max_decoding_message_size(max).max_encoding_message_size(max.max(64 << 20))
     }
 
-    async fn handle(&self, req: EmbedRequest) -> Result<EmbedResponse, Status> {
+    async fn handle(&self, req: EmbedRequest, call: &Call) -> Result<EmbedResponse, Status> {
+        self.health.check()?;
+        call.items(req.texts.len());
         if req.texts.is_empty() {
             return Err(Status::invalid_argument("texts is empty"));
         }
@@ -80,7 +89,9 @@ impl EmbedderService {
         .await
         .map_err(|_| Status::internal("tokenizer task failed"))??;
         let tokens: usize = counts.iter().sum();
-        let vectors = self.batcher.submit(texts, tokens).await?;
+        call.input_tokens(tokens);
+        let (vectors, batch) = self.batcher.submit(texts, tokens).await?;
+        call.batch_size(batch);
         self.metrics.tokens_in.inc_by(tokens as u64);
         Ok(EmbedResponse {
             embeddings: vectors.into_iter().map(|values| Embedding { values }).collect(),
@@ -92,8 +103,17 @@ impl EmbedderService {
 
 /// Embeds the texts of several requests in one pass. If the pass fails for a reason other
 /// than the engine, each request is retried alone so one bad request cannot fail others;
-/// an engine integrity failure is never retried.
-fn run_batch(e: &dyn Embedder, m: &Metrics, clock: &EngineClock, jobs: Vec<Vec<String>>) -> Vec<Result<Vec<Vec<f32>>, Status>> {
+/// an engine integrity failure is never retried. Once the engine has failed, nothing runs.
+fn run_batch(
+    e: &dyn Embedder,
+    m: &Metrics,
+    health: &Health,
+    clock: &EngineClock,
+    jobs: Vec<Vec<String>>,
+) -> Vec<Result<Vec<Vec<f32>>, Status>> {
+    if let Err(s) = health.check() {
+        return jobs.iter().map(|_| Err(s.clone())).collect();
+    }
     let all: Vec<&str> = jobs.iter().flatten().map(String::as_str).collect();
     let (t, before) = (Instant::now(), clock());
     let result = e.embed(&all);
@@ -108,6 +128,7 @@ fn run_batch(e: &dyn Embedder, m: &Metrics, clock: &EngineClock, jobs: Vec<Vec<S
             out
         }
         Err(err) => {
+            health.observe(&err);
             let s = status::from_model(&err);
             if s.code() == tonic::Code::DataLoss {
                 m.integrity_failures.inc();
@@ -118,7 +139,10 @@ fn run_batch(e: &dyn Embedder, m: &Metrics, clock: &EngineClock, jobs: Vec<Vec<S
             jobs.iter()
                 .map(|job| {
                     let texts: Vec<&str> = job.iter().map(String::as_str).collect();
-                    e.embed(&texts).map_err(|err| status::from_model(&err))
+                    e.embed(&texts).map_err(|err| {
+                        health.observe(&err);
+                        status::from_model(&err)
+                    })
                 })
                 .collect()
         }
@@ -128,13 +152,12 @@ fn run_batch(e: &dyn Embedder, m: &Metrics, clock: &EngineClock, jobs: Vec<Vec<S
 #[tonic::async_trait]
 impl embedder_server::Embedder for EmbedderService {
     async fn embed(&self, request: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
-        let t = Instant::now();
-        let result = self.handle(request.into_inner()).await;
-        let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
-        self.metrics.observe("Embed", code, t.elapsed().as_secs_f64());
+        let call = Call::start(&self.metrics, SERVICE, "Embed");
+        let result = self.handle(request.into_inner(), &call).instrument(call.span().clone()).await;
         if let Err(s) = &result {
-            tracing::info!(method = "Embed", code = ?s.code(), "request refused or failed");
+            call.span().in_scope(|| tracing::info!(method = "Embed", code = ?s.code(), "request refused or failed"));
         }
+        call.finish(code_of(&result));
         result.map(Response::new)
     }
 }

@@ -1,7 +1,9 @@
 //! `gelo.v1.Generator`: streaming generation with continuous batching. One scheduler
 //! thread owns every running sequence (and its KV cache); new requests are prefilled and
 //! join the running decode batch at the next step; a stream whose client went away
-//! (cancel, deadline) is dropped at the next step, freeing its KV cache.
+//! (cancel) or whose deadline passed is dropped at the next step, freeing its KV cache.
+//! The server enforces `grpc-timeout` itself: tonic's own timeout ends when the handler
+//! returns the stream, long before the stream ends.
 
 use std::{
     pin::Pin,
@@ -9,21 +11,27 @@ use std::{
         atomic::{AtomicUsize, Ordering},
         mpsc, Arc,
     },
+    task::{Context, Poll},
     time::Instant,
 };
 
 use api::v1::{generator_server, FinishReason as PbFinish, GenerateRequest as PbRequest, GenerateResponse, Usage};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use models::{generate::Sequence, ChatMessage, Chunk, FinishReason, GenerateRequest, Prompt, SamplingParams, TextGenerator};
 use tokio::sync::mpsc as tmpsc;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
+use tracing::Instrument;
 
 use crate::{
     embedder::EngineClock,
+    health::Health,
     limits::{overloaded, too_large, Limits},
     metrics::Metrics,
+    rpc::Call,
     status,
 };
+
+const SERVICE: &str = generator_server::SERVICE_NAME;
 
 type Out = tmpsc::UnboundedSender<Result<GenerateResponse, Status>>;
 
@@ -31,12 +39,15 @@ struct NewSeq {
     req: GenerateRequest,
     out: Out,
     deadline: Option<Instant>,
+    /// The largest decode batch the sequence ran in, for its RPC's span.
+    peak_batch: Arc<AtomicUsize>,
 }
 
 struct Running {
     seq: Sequence,
     out: Out,
     deadline: Option<Instant>,
+    peak_batch: Arc<AtomicUsize>,
 }
 
 /// The RPC's deadline from its `grpc-timeout` header (`<digits><H|M|S|m|u|n>`).
@@ -56,16 +67,23 @@ pub fn deadline(meta: &tonic::metadata::MetadataMap) -> Option<Instant> {
     Instant::now().checked_add(d)
 }
 
-/// Ends sequences whose RPC deadline has passed, telling their clients so.
+/// Whether a deadline has passed; if so, tells the client (`when`: before or during
+/// generation).
+fn expired(deadline: Option<Instant>, now: Instant, out: &Out, when: &str) -> bool {
+    match deadline {
+        Some(d) if d <= now => {
+            let _ = out.send(Err(Status::deadline_exceeded(format!("the request's deadline passed {when} generation"))));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Ends sequences whose RPC deadline has passed, telling their clients so. Dropping a
+/// sequence frees its KV cache.
 fn expire(running: &mut Vec<Running>) {
     let now = Instant::now();
-    running.retain(|r| match r.deadline {
-        Some(d) if d <= now => {
-            let _ = r.out.send(Err(Status::deadline_exceeded("the request's deadline passed during generation")));
-            false
-        }
-        _ => true,
-    });
+    running.retain(|r| !expired(r.deadline, now, &r.out, "during"));
 }
 
 pub struct GeneratorService {
@@ -74,21 +92,30 @@ pub struct GeneratorService {
     waiting: Arc<AtomicUsize>,
     limits: Limits,
     metrics: Metrics,
+    health: Health,
 }
 
 /// Tokens generated when a request does not say.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
 
 impl GeneratorService {
-    pub fn new(generator: Arc<TextGenerator>, limits: Limits, metrics: Metrics, clock: EngineClock) -> Self {
+    pub fn new(generator: Arc<TextGenerator>, limits: Limits, metrics: Metrics, clock: EngineClock, health: Health) -> Self {
         let (tx, rx) = mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
-        let (g, m, w, max) = (generator.clone(), metrics.clone(), waiting.clone(), limits.max_batch_sequences);
+        let scheduler = Scheduler {
+            g: generator.clone(),
+            m: metrics.clone(),
+            health: health.clone(),
+            clock,
+            waiting: waiting.clone(),
+            max_batch: limits.max_batch_sequences,
+        };
         std::thread::Builder::new()
             .name("gelo-generator".into())
-            .spawn(move || schedule(&g, &m, &clock, rx, &w, max))
+            .spawn(move || scheduler.run(rx))
             .expect("spawning the scheduler");
-        GeneratorService { generator, tx, waiting, limits, metrics }
+        health.add_service(SERVICE);
+        GeneratorService { generator, tx, waiting, limits, metrics, health }
     }
 
     pub fn into_server(self) -> generator_server::GeneratorServer<Self> {
@@ -134,7 +161,9 @@ impl GeneratorService {
         Ok(GenerateRequest { prompt, max_tokens, sampling, stop: r.stop })
     }
 
-    async fn handle(&self, r: PbRequest, deadline: Option<Instant>) -> Result<tmpsc::UnboundedReceiver<Result<GenerateResponse, Status>>, Status> {
+    async fn handle(&self, r: PbRequest, deadline: Option<Instant>, call: &Call) -> Result<Receiver, Status> {
+        self.health.check()?;
+        call.items(r.messages.len());
         let req = self.request(r)?;
         // Render and count the prompt off the runtime, and refuse what cannot fit.
         let (g, limits) = (self.generator.clone(), self.limits.clone());
@@ -154,15 +183,24 @@ impl GeneratorService {
         })
         .await
         .map_err(|_| Status::internal("tokenizer task failed"))??;
+        if let Prompt::Tokens(t) = &req.prompt {
+            call.input_tokens(t.len());
+        }
         if self.waiting.load(Ordering::SeqCst) >= self.limits.max_queue {
             return Err(overloaded("generation queue", self.limits.max_queue));
         }
         let (out, rx) = tmpsc::unbounded_channel();
         self.waiting.fetch_add(1, Ordering::SeqCst);
         self.metrics.queue_depth.set(self.waiting.load(Ordering::SeqCst) as i64);
-        self.tx.send(NewSeq { req, out, deadline }).map_err(|_| Status::unavailable("the generator has stopped"))?;
-        Ok(rx)
+        let peak_batch = Arc::new(AtomicUsize::new(0));
+        self.tx.send(NewSeq { req, out, deadline, peak_batch: peak_batch.clone() }).map_err(|_| Status::unavailable("the generator has stopped"))?;
+        Ok(Receiver { rx, peak_batch })
     }
+}
+
+struct Receiver {
+    rx: tmpsc::UnboundedReceiver<Result<GenerateResponse, Status>>,
+    peak_batch: Arc<AtomicUsize>,
 }
 
 fn message(c: &Chunk, seq: &Sequence) -> GenerateResponse {
@@ -189,105 +227,177 @@ fn send(out: &Out, c: &Chunk, seq: &Sequence) -> bool {
     out.send(Ok(message(c, seq))).is_ok()
 }
 
-fn schedule(g: &TextGenerator, m: &Metrics, clock: &EngineClock, rx: mpsc::Receiver<NewSeq>, waiting: &AtomicUsize, max_batch: usize) {
-    let mut running: Vec<Running> = Vec::new();
-    loop {
-        // 1. Admit newcomers: block only when idle.
-        let mut new = Vec::new();
-        if running.is_empty() {
-            match rx.recv() {
-                Ok(n) => new.push(n),
-                Err(_) => return,
+/// The scheduler thread: owns every running sequence.
+struct Scheduler {
+    g: Arc<TextGenerator>,
+    m: Metrics,
+    health: Health,
+    clock: EngineClock,
+    waiting: Arc<AtomicUsize>,
+    max_batch: usize,
+}
+
+impl Scheduler {
+    fn run(self, rx: mpsc::Receiver<NewSeq>) {
+        let (g, m, clock) = (&self.g, &self.m, &self.clock);
+        let mut running: Vec<Running> = Vec::new();
+        loop {
+            // 1. Admit newcomers: block only when idle. A newcomer whose client is gone or
+            //    whose deadline passed while it waited is never prefilled; once the engine
+            //    has failed, none is.
+            let mut new = Vec::new();
+            if running.is_empty() {
+                match rx.recv() {
+                    Ok(n) => new.push(n),
+                    Err(_) => return,
+                }
             }
-        }
-        while running.len() + new.len() < max_batch {
-            match rx.try_recv() {
-                Ok(n) => new.push(n),
-                Err(_) => break,
+            while running.len() + new.len() < self.max_batch {
+                match rx.try_recv() {
+                    Ok(n) => new.push(n),
+                    Err(_) => break,
+                }
             }
-        }
-        waiting.fetch_sub(new.len(), Ordering::SeqCst);
-        m.queue_depth.set(waiting.load(Ordering::SeqCst) as i64);
-        new.retain(|n| !n.out.is_closed());
-        if !new.is_empty() {
-            prefill(g, m, clock, new, &mut running);
-        }
-        expire(&mut running);
-        m.active_sequences.set(running.len() as i64);
-        if running.is_empty() {
-            continue;
-        }
-        // 2. One decode step for every running sequence.
-        let (t, before) = (Instant::now(), clock());
-        let result = {
-            let mut refs: Vec<&mut Sequence> = running.iter_mut().map(|r| &mut r.seq).collect();
-            g.step(&mut refs)
-        };
-        m.account(t.elapsed().as_secs_f64(), before, clock());
-        m.batch_items.observe(running.len() as f64);
-        match result {
-            Ok(chunks) => {
-                let mut keep = Vec::with_capacity(running.len());
-                for (r, c) in running.into_iter().zip(chunks) {
-                    m.tokens_out.inc_by(c.tokens.len() as u64);
-                    let alive = send(&r.out, &c, &r.seq);
-                    if alive && !r.seq.is_finished() {
-                        keep.push(r);
+            self.waiting.fetch_sub(new.len(), Ordering::SeqCst);
+            m.queue_depth.set(self.waiting.load(Ordering::SeqCst) as i64);
+            let now = Instant::now();
+            new.retain(|n| !n.out.is_closed() && !expired(n.deadline, now, &n.out, "before"));
+            if let Err(s) = self.health.check() {
+                for n in new.drain(..) {
+                    let _ = n.out.send(Err(s.clone()));
+                }
+            }
+            if !new.is_empty() {
+                self.prefill(new, &mut running);
+            }
+            expire(&mut running);
+            m.active_sequences.set(running.len() as i64);
+            if running.is_empty() {
+                continue;
+            }
+            for r in &running {
+                r.peak_batch.fetch_max(running.len(), Ordering::Relaxed);
+            }
+            // 2. One decode step for every running sequence.
+            let (t, before) = (Instant::now(), clock());
+            let result = {
+                let mut refs: Vec<&mut Sequence> = running.iter_mut().map(|r| &mut r.seq).collect();
+                g.step(&mut refs)
+            };
+            m.account(t.elapsed().as_secs_f64(), before, clock());
+            m.batch_items.observe(running.len() as f64);
+            match result {
+                Ok(chunks) => {
+                    let mut keep = Vec::with_capacity(running.len());
+                    for (r, c) in running.into_iter().zip(chunks) {
+                        m.tokens_out.inc_by(c.tokens.len() as u64);
+                        let alive = send(&r.out, &c, &r.seq);
+                        if alive && !r.seq.is_finished() {
+                            keep.push(r);
+                        }
+                        // Dropping `r` frees the sequence's KV cache (scrubbed on drop).
                     }
-                    // Dropping `r` frees the sequence's KV cache (scrubbed on drop).
+                    running = keep;
+                    m.active_sequences.set(running.len() as i64);
                 }
-                running = keep;
-                m.active_sequences.set(running.len() as i64);
+                Err(e) => {
+                    self.health.observe(&e);
+                    let s = status::from_model(&e);
+                    if s.code() == Code::DataLoss {
+                        m.integrity_failures.inc();
+                    }
+                    tracing::error!(code = ?s.code(), sequences = running.len(), "decode step failed; its sequences are aborted");
+                    for r in running.drain(..) {
+                        let _ = r.out.send(Err(s.clone()));
+                    }
+                    m.active_sequences.set(0);
+                }
             }
+        }
+    }
+
+    /// Prefills newcomers in one pass; if that fails, alone, so one bad prompt fails only itself.
+    fn prefill(&self, new: Vec<NewSeq>, running: &mut Vec<Running>) {
+        let (g, m, clock) = (&self.g, &self.m, &self.clock);
+        let failed = |e: &models::ModelError| {
+            self.health.observe(e);
+            status::from_model(e)
+        };
+        let reqs: Vec<GenerateRequest> = new.iter().map(|n| n.req.clone()).collect();
+        let (t, before) = (Instant::now(), clock());
+        let started = g.start_batch(&reqs);
+        m.account(t.elapsed().as_secs_f64(), before, clock());
+        let results: Vec<Result<(Sequence, Chunk), Status>> = match started {
+            Ok(v) => v.into_iter().map(Ok).collect(),
+            Err(e) if new.len() == 1 => vec![Err(failed(&e))],
             Err(e) => {
-                let s = status::from_model(&e);
-                if s.code() == tonic::Code::DataLoss {
-                    m.integrity_failures.inc();
+                let s = failed(&e);
+                if status::is_engine_failure(&s) {
+                    new.iter().map(|_| Err(s.clone())).collect()
+                } else {
+                    reqs.iter().map(|r| g.start(r).map_err(|e| failed(&e))).collect()
                 }
-                tracing::error!(code = ?s.code(), sequences = running.len(), "decode step failed; its sequences are aborted");
-                for r in running.drain(..) {
-                    let _ = r.out.send(Err(s.clone()));
+            }
+        };
+        for (n, r) in new.into_iter().zip(results) {
+            match r {
+                Ok((seq, chunk)) => {
+                    m.tokens_in.inc_by(seq.prompt_tokens() as u64);
+                    m.tokens_out.inc_by(chunk.tokens.len() as u64);
+                    if send(&n.out, &chunk, &seq) && !seq.is_finished() {
+                        running.push(Running { seq, out: n.out, deadline: n.deadline, peak_batch: n.peak_batch });
+                    }
                 }
-                m.active_sequences.set(0);
+                Err(s) => {
+                    if s.code() == Code::DataLoss {
+                        m.integrity_failures.inc();
+                    }
+                    let _ = n.out.send(Err(s));
+                }
             }
         }
     }
 }
 
-/// Prefills newcomers in one pass; if that fails, alone, so one bad prompt fails only itself.
-fn prefill(g: &TextGenerator, m: &Metrics, clock: &EngineClock, new: Vec<NewSeq>, running: &mut Vec<Running>) {
-    let reqs: Vec<GenerateRequest> = new.iter().map(|n| n.req.clone()).collect();
-    let (t, before) = (Instant::now(), clock());
-    let started = g.start_batch(&reqs);
-    m.account(t.elapsed().as_secs_f64(), before, clock());
-    let results: Vec<Result<(Sequence, Chunk), Status>> = match started {
-        Ok(v) => v.into_iter().map(Ok).collect(),
-        Err(e) if new.len() == 1 => vec![Err(status::from_model(&e))],
-        Err(e) => {
-            let s = status::from_model(&e);
-            if status::is_engine_failure(&s) {
-                new.iter().map(|_| Err(s.clone())).collect()
-            } else {
-                reqs.iter().map(|r| g.start(r).map_err(|e| status::from_model(&e))).collect()
-            }
+/// A Generate response stream that closes its RPC when it ends: the latency, the status
+/// code (the stream's error, OK at its end, CANCELLED when tonic drops it early) and the
+/// output tokens cover the whole stream, not only the call that opened it.
+struct Observed {
+    rx: tokio_stream::wrappers::UnboundedReceiverStream<Result<GenerateResponse, Status>>,
+    call: Option<Call>,
+    peak_batch: Arc<AtomicUsize>,
+    output_tokens: usize,
+}
+
+impl Observed {
+    fn close(&mut self, code: Code) {
+        if let Some(call) = self.call.take() {
+            call.output_tokens(self.output_tokens);
+            call.batch_size(self.peak_batch.load(Ordering::Relaxed));
+            call.finish(code);
         }
-    };
-    for (n, r) in new.into_iter().zip(results) {
-        match r {
-            Ok((seq, chunk)) => {
-                m.tokens_in.inc_by(seq.prompt_tokens() as u64);
-                m.tokens_out.inc_by(chunk.tokens.len() as u64);
-                if send(&n.out, &chunk, &seq) && !seq.is_finished() {
-                    running.push(Running { seq, out: n.out, deadline: n.deadline });
-                }
-            }
-            Err(s) => {
-                if s.code() == tonic::Code::DataLoss {
-                    m.integrity_failures.inc();
-                }
-                let _ = n.out.send(Err(s));
-            }
+    }
+}
+
+impl Stream for Observed {
+    type Item = Result<GenerateResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let item = std::task::ready!(self.rx.poll_next_unpin(cx));
+        match &item {
+            Some(Ok(m)) => self.output_tokens += m.token_ids.len(),
+            Some(Err(s)) => self.close(s.code()),
+            None => self.close(Code::Ok),
         }
+        Poll::Ready(item)
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        // Gone before its end: the client cancelled (the sequence leaves the batch at the
+        // next step, as the receiver is dropped with us).
+        self.close(Code::Cancelled);
     }
 }
 
@@ -298,12 +408,18 @@ impl generator_server::Generator for GeneratorService {
     type GenerateStream = ResponseStream;
 
     async fn generate(&self, request: Request<PbRequest>) -> Result<Response<Self::GenerateStream>, Status> {
-        let t = Instant::now();
+        let call = Call::start(&self.metrics, SERVICE, "Generate");
         let deadline = deadline(request.metadata());
-        let result = self.handle(request.into_inner(), deadline).await;
-        let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
-        self.metrics.observe("Generate", code, t.elapsed().as_secs_f64());
-        let rx = result?;
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))))
+        match self.handle(request.into_inner(), deadline, &call).instrument(call.span().clone()).await {
+            Ok(Receiver { rx, peak_batch }) => {
+                let rx = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+                Ok(Response::new(Box::pin(Observed { rx, call: Some(call), peak_batch, output_tokens: 0 })))
+            }
+            Err(s) => {
+                call.span().in_scope(|| tracing::info!(method = "Generate", code = ?s.code(), "request refused or failed"));
+                call.finish(s.code());
+                Err(s)
+            }
+        }
     }
 }

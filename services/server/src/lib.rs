@@ -8,17 +8,22 @@
 //! * [`serve`]: listener, RA-TLS (on by default), health, reflection, attestation, metrics.
 //! * [`batcher`]: dynamic batching for the embedder and reranker.
 //! * [`generator`]: continuous batching of decode steps.
+//! * [`health`]: serving state; an engine that can no longer serve turns it NOT_SERVING.
+//! * [`rpc`]: each RPC's span and request metrics (method, status code, counts; never text).
 
 pub mod batcher;
 pub mod embedder;
 pub mod generator;
+pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod remap;
 pub mod reranker;
+pub mod rpc;
 pub mod serve;
 pub mod status;
 
+pub use health::Health;
 pub use limits::Limits;
 pub use metrics::Metrics;
 pub use serve::{serve, ServeOptions, Transport};

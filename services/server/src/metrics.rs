@@ -15,17 +15,13 @@ pub struct RequestLabels {
     pub code: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MethodLabels {
-    pub method: String,
-}
-
 /// Everything a service exports.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<std::sync::Mutex<Registry>>,
     pub requests: Family<RequestLabels, Counter>,
-    pub latency: Family<MethodLabels, Histogram>,
+    /// By method and status code; a streaming call's latency covers its whole stream.
+    pub latency: Family<RequestLabels, Histogram>,
     pub batch_items: Histogram,
     pub queue_depth: Gauge,
     pub tokens_in: Counter,
@@ -40,7 +36,7 @@ impl Metrics {
     pub fn new(role: &str) -> Self {
         let mut registry = Registry::with_prefix("gelo");
         let requests = Family::<RequestLabels, Counter>::default();
-        let latency = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
+        let latency = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
         });
         let batch_items = Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0]);
@@ -59,7 +55,11 @@ impl Metrics {
         };
         let sub = registry.sub_registry_with_label(("role".into(), role.to_string().into()));
         sub.register("requests", "gRPC requests by method and status code", m.requests.clone());
-        sub.register("request_seconds", "gRPC request latency by method", m.latency.clone());
+        sub.register(
+            "request_seconds",
+            "gRPC request latency by method and status code (streams: until the last message)",
+            m.latency.clone(),
+        );
         sub.register("batch_items", "Items (texts, pairs or sequences) per forward pass", m.batch_items.clone());
         sub.register("queue_depth", "Requests waiting for the model", m.queue_depth.clone());
         sub.register("input_tokens", "Tokens processed from requests", m.tokens_in.clone());
@@ -72,10 +72,11 @@ impl Metrics {
         m
     }
 
-    /// Records one finished request.
+    /// Records one finished request (a stream: once it has ended).
     pub fn observe(&self, method: &str, code: tonic::Code, seconds: f64) {
-        self.requests.get_or_create(&RequestLabels { method: method.into(), code: format!("{code:?}") }).inc();
-        self.latency.get_or_create(&MethodLabels { method: method.into() }).observe(seconds);
+        let labels = RequestLabels { method: method.into(), code: format!("{code:?}") };
+        self.latency.get_or_create(&labels).observe(seconds);
+        self.requests.get_or_create(&labels).inc();
     }
 
     /// Splits a forward pass's wall time into engine and TEE time, given the engine's

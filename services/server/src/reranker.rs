@@ -5,14 +5,19 @@ use std::{sync::Arc, time::Instant};
 use api::v1::{reranker_server, RerankRequest, RerankResponse, RerankResult, Usage};
 use models::Reranker;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::{
     batcher::{BatchPolicy, Batcher},
     embedder::EngineClock,
+    health::Health,
     limits::{too_large, Limits},
     metrics::Metrics,
+    rpc::{code_of, Call},
     status,
 };
+
+const SERVICE: &str = reranker_server::SERVICE_NAME;
 
 type Job = (String, Vec<String>);
 
@@ -21,20 +26,23 @@ pub struct RerankerService {
     batcher: Batcher<Job, Vec<f32>>,
     limits: Limits,
     metrics: Metrics,
+    health: Health,
     model: String,
 }
 
 impl RerankerService {
-    pub fn new(reranker: Arc<dyn Reranker>, limits: Limits, metrics: Metrics, clock: EngineClock) -> Self {
+    pub fn new(reranker: Arc<dyn Reranker>, limits: Limits, metrics: Metrics, clock: EngineClock, health: Health) -> Self {
         let policy = BatchPolicy {
             window: limits.batch_window,
             budget: limits.batch_tokens,
             max_items: limits.max_documents,
             max_queue: limits.max_queue,
         };
-        let (r, m) = (reranker.clone(), metrics.clone());
-        let batcher = Batcher::spawn("reranker", policy, metrics.clone(), move |jobs: Vec<Job>| run_batch(r.as_ref(), &m, &clock, jobs));
-        RerankerService { model: reranker.identity().to_string(), reranker, batcher, limits, metrics }
+        let (r, m, h) = (reranker.clone(), metrics.clone(), health.clone());
+        let batcher =
+            Batcher::spawn("reranker", policy, metrics.clone(), move |jobs: Vec<Job>| run_batch(r.as_ref(), &m, &h, &clock, jobs));
+        health.add_service(SERVICE);
+        RerankerService { model: reranker.identity().to_string(), reranker, batcher, limits, metrics, health }
     }
 
     pub fn into_server(self) -> reranker_server::RerankerServer<Self> {
@@ -42,7 +50,9 @@ impl RerankerService {
         reranker_server::RerankerServer::new(self).max_decoding_message_size(max)
     }
 
-    async fn handle(&self, req: RerankRequest) -> Result<RerankResponse, Status> {
+    async fn handle(&self, req: RerankRequest, call: &Call) -> Result<RerankResponse, Status> {
+        self.health.check()?;
+        call.items(req.documents.len());
         if req.query.trim().is_empty() {
             return Err(Status::invalid_argument("query is empty"));
         }
@@ -71,7 +81,9 @@ impl RerankerService {
         })
         .await
         .map_err(|_| Status::internal("tokenizer task failed"))??;
-        let scores = self.batcher.submit((query, docs), tokens).await?;
+        call.input_tokens(tokens);
+        let (scores, batch) = self.batcher.submit((query, docs), tokens).await?;
+        call.batch_size(batch);
         self.metrics.tokens_in.inc_by(tokens as u64);
         let mut results: Vec<RerankResult> =
             scores.into_iter().enumerate().map(|(i, score)| RerankResult { index: i as u32, score }).collect();
@@ -87,7 +99,10 @@ impl RerankerService {
     }
 }
 
-fn run_batch(r: &dyn Reranker, m: &Metrics, clock: &EngineClock, jobs: Vec<Job>) -> Vec<Result<Vec<f32>, Status>> {
+fn run_batch(r: &dyn Reranker, m: &Metrics, health: &Health, clock: &EngineClock, jobs: Vec<Job>) -> Vec<Result<Vec<f32>, Status>> {
+    if let Err(s) = health.check() {
+        return jobs.iter().map(|_| Err(s.clone())).collect();
+    }
     let pairs: Vec<(&str, &str)> = jobs.iter().flat_map(|(q, docs)| docs.iter().map(move |d| (q.as_str(), d.as_str()))).collect();
     let (t, before) = (Instant::now(), clock());
     let result = r.score_pairs(&pairs);
@@ -101,6 +116,7 @@ fn run_batch(r: &dyn Reranker, m: &Metrics, clock: &EngineClock, jobs: Vec<Job>)
             })
             .collect(),
         Err(err) => {
+            health.observe(&err);
             let s = status::from_model(&err);
             if s.code() == tonic::Code::DataLoss {
                 m.integrity_failures.inc();
@@ -111,7 +127,10 @@ fn run_batch(r: &dyn Reranker, m: &Metrics, clock: &EngineClock, jobs: Vec<Job>)
             jobs.iter()
                 .map(|(q, docs)| {
                     let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
-                    r.score(q, &docs).map_err(|err| status::from_model(&err))
+                    r.score(q, &docs).map_err(|err| {
+                        health.observe(&err);
+                        status::from_model(&err)
+                    })
                 })
                 .collect()
         }
@@ -121,10 +140,12 @@ fn run_batch(r: &dyn Reranker, m: &Metrics, clock: &EngineClock, jobs: Vec<Job>)
 #[tonic::async_trait]
 impl reranker_server::Reranker for RerankerService {
     async fn rerank(&self, request: Request<RerankRequest>) -> Result<Response<RerankResponse>, Status> {
-        let t = Instant::now();
-        let result = self.handle(request.into_inner()).await;
-        let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
-        self.metrics.observe("Rerank", code, t.elapsed().as_secs_f64());
+        let call = Call::start(&self.metrics, SERVICE, "Rerank");
+        let result = self.handle(request.into_inner(), &call).instrument(call.span().clone()).await;
+        if let Err(s) = &result {
+            call.span().in_scope(|| tracing::info!(method = "Rerank", code = ?s.code(), "request refused or failed"));
+        }
+        call.finish(code_of(&result));
         result.map(Response::new)
     }
 }

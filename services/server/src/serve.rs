@@ -1,15 +1,18 @@
 //! Serving a set of gRPC services: RA-TLS (or, explicitly, plaintext), the standard health
-//! service, server reflection, `Attestation.GetEvidence`, and Prometheus metrics on a
-//! separate HTTP port.
+//! service, server reflection, `Attestation.GetEvidence`, and Prometheus metrics and the
+//! HTTP probes on a separate port.
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use attest::{ratls::danger::AttestedClientVerifier, AttestationService, ServerIdentity};
+use axum::http::StatusCode;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
-use tonic_health::server::HealthReporter;
 
-use crate::metrics::Metrics;
+use crate::{
+    health::{Health, State},
+    metrics::Metrics,
+};
 
 /// How the gRPC port is exposed.
 pub enum Transport {
@@ -22,7 +25,7 @@ pub enum Transport {
 pub struct ServeOptions {
     pub listener: TcpListener,
     pub transport: Transport,
-    /// Where `/metrics` (and `/healthz`) are served over plain HTTP, if anywhere.
+    /// Where `/metrics`, `/healthz` and `/readyz` are served over plain HTTP, if anywhere.
     pub metrics_listener: Option<TcpListener>,
     pub metrics: Metrics,
 }
@@ -39,19 +42,20 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// A health reporter whose overall status starts NOT_SERVING until `serve` flips it.
-pub fn health() -> (HealthReporter, tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>) {
-    tonic_health::server::health_reporter()
+/// A fresh health state, NOT_SERVING until `serve` opens the port. Hand clones to the
+/// services so an engine failure shows in the health service and the probes.
+pub fn health() -> Health {
+    Health::new()
 }
 
 /// Serves `routes` until `shutdown` resolves.
 pub async fn serve(
     opts: ServeOptions,
     routes: Routes,
-    health: (HealthReporter, tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>),
+    health: Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let (reporter, health_service) = health;
+    let health_service = health.grpc_service();
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(api::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -61,21 +65,19 @@ pub async fn serve(
     if let Transport::RaTls { identity, .. } = &opts.transport {
         routes = routes.add_service(AttestationService::new(identity.clone()).into_server());
     }
+    health.set_serving();
     if let Some(listener) = opts.metrics_listener {
-        let metrics = opts.metrics.clone();
-        let app = axum::Router::new()
-            .route("/metrics", axum::routing::get(move || {
-                let m = metrics.clone();
-                async move { ([("content-type", "text/plain; version=0.0.4")], m.encode()) }
-            }))
-            .route("/healthz", axum::routing::get(|| async { "ok" }));
+        let app = http_app(opts.metrics.clone(), health.clone());
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "metrics server stopped");
             }
         });
     }
-    reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    // The gRPC statuses are set before the first request can arrive, then follow the state.
+    health.apply(&health.state()).await;
+    let follow = tokio::spawn(health.clone().follow());
+    let _stop_following = AbortOnDrop(follow);
     let server = tonic::transport::Server::builder().layer(crate::remap::ClientErrorsLayer).add_routes(routes);
     match opts.transport {
         Transport::RaTls { identity, clients } => {
@@ -92,6 +94,44 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// `/metrics`, and the probes: `/healthz` fails once the engine has failed (restarting
+/// the process is what may bring the device back), `/readyz` also while not yet serving.
+/// Both say why.
+fn http_app(metrics: Metrics, health: Health) -> axum::Router {
+    let probe = |ready: bool| {
+        let health = health.clone();
+        move || {
+            let state = health.state();
+            async move {
+                match state {
+                    State::Serving => (StatusCode::OK, "ok\n".to_string()),
+                    State::Starting if !ready => (StatusCode::OK, "starting\n".to_string()),
+                    State::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting\n".to_string()),
+                    State::Failed(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not serving: {reason}\n")),
+                }
+            }
+        }
+    };
+    axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = metrics.clone();
+                async move { ([("content-type", "text/plain; version=0.0.4")], m.encode()) }
+            }),
+        )
+        .route("/healthz", axum::routing::get(probe(false)))
+        .route("/readyz", axum::routing::get(probe(true)))
 }
 
 /// The line a started service prints on stdout, so supervisors and tests know where it is.

@@ -5,7 +5,7 @@ use std::{path::PathBuf, sync::Arc};
 use api::v1::{embedder_server::Embedder as _, EmbedRequest};
 use kernels::{CpuEngine, Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
 use protocol::{Executor as _, MaskedConfig, MaskedExecutor, UVerifyConfig};
-use server::{embedder::EmbedderService, Limits, Metrics};
+use server::{embedder::EmbedderService, Health, Limits, Metrics};
 
 /// Adds 10 to one element of every product once `tamper` is set.
 struct Tampering {
@@ -62,7 +62,7 @@ async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
     let exec = Arc::new(MaskedExecutor::new(engine, cfg).unwrap());
     let embedder: Arc<dyn models::Embedder> = models::load_embedder(&minilm(), exec.clone(), &Default::default()).unwrap().into();
     let metrics = Metrics::new("embedder");
-    let svc = EmbedderService::new(embedder, Limits::default(), metrics.clone(), Arc::new(|| 0.0));
+    let svc = EmbedderService::new(embedder, Limits::default(), metrics.clone(), Arc::new(|| 0.0), Health::new());
     let req = || tonic::Request::new(EmbedRequest { texts: vec!["integrity".into()], ..Default::default() });
     let ok = svc.embed(req()).await.expect("honest engine");
     assert_eq!(ok.into_inner().embeddings[0].values.len(), 384);

@@ -12,7 +12,7 @@ use server::{
     generator::GeneratorService,
     reranker::RerankerService,
     serve::{health, ready_line, serve, ServeOptions, Transport},
-    Limits, Metrics,
+    Health, Limits, Metrics,
 };
 use tokio::net::TcpListener;
 
@@ -143,10 +143,13 @@ async fn run_async(role: Role, args: ServiceArgs) -> Result<()> {
     .await??;
     let (loaded, identity) = loaded;
     tracing::info!(role = role.name(), model = %identity, "model loaded and provisioned");
+    // The services report engine failures here; the health service and probes show them.
+    let health = health();
+    let (m, h) = (metrics.clone(), health.clone());
     let routes = match loaded {
-        Loaded::Embedder(e) => tonic::service::Routes::new(EmbedderService::new(e, limits, metrics.clone(), clock).into_server()),
-        Loaded::Reranker(r) => tonic::service::Routes::new(RerankerService::new(r, limits, metrics.clone(), clock).into_server()),
-        Loaded::Generator(g) => tonic::service::Routes::new(GeneratorService::new(g, limits, metrics.clone(), clock).into_server()),
+        Loaded::Embedder(e) => tonic::service::Routes::new(EmbedderService::new(e, limits, m, clock, h).into_server()),
+        Loaded::Reranker(r) => tonic::service::Routes::new(RerankerService::new(r, limits, m, clock, h).into_server()),
+        Loaded::Generator(g) => tonic::service::Routes::new(GeneratorService::new(g, limits, m, clock, h).into_server()),
     };
     // 3. Transport: RA-TLS with evidence for this model and these settings, unless told.
     let scheme = serde_json::json!({ "role": role.name(), "protocol": executor.scheme() });
@@ -166,7 +169,7 @@ async fn run_async(role: Role, args: ServiceArgs) -> Result<()> {
         };
         Transport::RaTls { identity, clients }
     };
-    serve_with(role, args.listen, args.metrics_listen, transport, metrics, routes).await
+    serve_with(role, args.listen, args.metrics_listen, transport, metrics, routes, health).await
 }
 
 enum Loaded {
@@ -182,6 +185,7 @@ pub async fn serve_with(
     transport: Transport,
     metrics: Metrics,
     routes: tonic::service::Routes,
+    health: Health,
 ) -> Result<()> {
     let listener = TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let metrics_listener = match metrics_listen {
@@ -200,7 +204,7 @@ pub async fn serve_with(
     );
     println!("{line}");
     let opts = ServeOptions { listener, transport, metrics_listener, metrics };
-    serve(opts, routes, health(), shutdown_signal()).await?;
+    serve(opts, routes, health, shutdown_signal()).await?;
     tracing::info!(role = role.name(), "stopped");
     Ok(())
 }
