@@ -67,8 +67,18 @@ pub struct ServiceArgs {
     pub max_texts: usize,
     #[arg(long, env = "GELO_MAX_DOCUMENTS", default_value_t = Limits::default().max_documents)]
     pub max_documents: usize,
+    /// Tokens per text (embedder) or (query, document) pair (reranker); default: the
+    /// model's maximum, which also caps this.
+    #[arg(long, env = "GELO_MAX_TOKENS_PER_TEXT")]
+    pub max_tokens_per_text: Option<usize>,
+    /// Prompt tokens per Generate request; default: the model's context, which also caps this.
+    #[arg(long, env = "GELO_MAX_PROMPT_TOKENS")]
+    pub max_prompt_tokens: Option<usize>,
     #[arg(long, env = "GELO_MAX_OUTPUT_TOKENS", default_value_t = Limits::default().max_output_tokens)]
     pub max_output_tokens: usize,
+    /// Stop strings per Generate request.
+    #[arg(long, env = "GELO_MAX_STOP_STRINGS", default_value_t = Limits::default().max_stop_strings)]
+    pub max_stop_strings: usize,
     #[arg(long, env = "GELO_MAX_QUEUE", default_value_t = Limits::default().max_queue)]
     pub max_queue: usize,
     #[arg(long, env = "GELO_MAX_BATCH_SEQUENCES", default_value_t = Limits::default().max_batch_sequences)]
@@ -87,13 +97,15 @@ impl ServiceArgs {
         Limits {
             max_texts: self.max_texts,
             max_documents: self.max_documents,
+            max_tokens_per_text: self.max_tokens_per_text,
+            max_prompt_tokens: self.max_prompt_tokens,
             max_output_tokens: self.max_output_tokens,
+            max_stop_strings: self.max_stop_strings,
             max_queue: self.max_queue,
             max_batch_sequences: self.max_batch_sequences,
             batch_window: std::time::Duration::from_millis(self.batch_window_ms),
             batch_tokens: self.batch_tokens,
             max_request_bytes: self.max_request_bytes,
-            ..Limits::default()
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Every bad input against the running servers: the right status, the limit named, the
 //! server healthy afterwards, and no request text in the logs.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use api::v1::{
-    embedder_client::EmbedderClient, generator_client::GeneratorClient, ChatMessage, EmbedRequest, GenerateRequest,
+    embedder_client::EmbedderClient, generator_client::GeneratorClient, reranker_client::RerankerClient, ChatMessage,
+    EmbedRequest, GenerateRequest, RerankRequest,
 };
 use tonic::{codec::Codec, Code};
 
@@ -169,25 +170,59 @@ async fn generator_refuses_bad_input_frees_cancelled_sequences_and_stays_healthy
     assert!(running, "the sequence never showed as active");
     drop(s);
     wait_for_zero(&p).await;
-    // A deadline: the client gives up, the server frees the sequence.
+    // A deadline the server must enforce itself: the client sets only the grpc-timeout
+    // header (no client-side timeout) and keeps reading, and tonic's own server timeout ends
+    // when the handler returns the stream. So the stream can only end in DEADLINE_EXCEEDED
+    // with the scheduler's reason, and the sequence leaves the batch while the client still
+    // holds the stream open.
+    let deadline = Duration::from_millis(500);
     let mut r = tonic::Request::new(long);
-    r.set_timeout(Duration::from_millis(400));
-    if let Ok(resp) = c.generate(r).await {
-        let mut s = resp.into_inner();
-        let err = loop {
-            match s.message().await {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("400 tokens finished within the 400 ms deadline"),
-                Err(e) => break e,
-            }
-        };
-        assert!(matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled), "{err:?}");
-    }
+    r.set_timeout(deadline);
+    let t = Instant::now();
+    let mut s = c.generate(r).await.expect("the stream opens well within its deadline").into_inner();
+    let err = loop {
+        match s.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("400 tokens finished within the {deadline:?} deadline"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(err.message().contains("deadline passed"), "not the server's own expiry: {err:?}");
+    assert!(t.elapsed() >= deadline, "expired after {:?}", t.elapsed());
     wait_for_zero(&p).await;
+    drop(s);
     healthy(&p).await;
     assert!(p.alive());
     let log = p.log_text();
     assert!(!log.contains(MARKER), "prompt text leaked into the log");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reranker_refuses_bad_input_and_stays_healthy() {
+    let path = model("smollm2-135m-instruct.gguf");
+    let mut p = Proc::start("reranker-bad", &["reranker", "--model", path.to_str().unwrap(), "--max-documents", "4"], &[]);
+    let ch = connect(&p, None).await;
+    let mut c = RerankerClient::new(ch.channel());
+    let doc = |i: usize| format!("{MARKER} document {i} about rivers");
+    let req = |query: &str, documents: Vec<String>| RerankRequest { query: query.into(), documents, ..Default::default() };
+    expect(Code::InvalidArgument, c.rerank(req("", vec![doc(0)])).await, "query is empty");
+    expect(Code::InvalidArgument, c.rerank(req(" \n ", vec![doc(0)])).await, "query is empty");
+    expect(Code::InvalidArgument, c.rerank(req(MARKER, vec![])).await, "documents is empty");
+    expect(Code::InvalidArgument, c.rerank(req(MARKER, (0..5).map(doc).collect())).await, "documents per request: 5 exceeds the limit of 4");
+    expect(Code::InvalidArgument, c.rerank(req(MARKER, vec![doc(0), "  ".into()])).await, "documents[1] is empty");
+    // A (query, document) pair over the model's input length: the document and the limit named.
+    let long = format!("{MARKER} {}", "word ".repeat(9000));
+    let over = c.rerank(req(MARKER, vec![doc(0), long])).await;
+    expect(Code::InvalidArgument, over, "documents[1] tokens with the query");
+    // Still serving, and correctly: a good request right after.
+    let ok = c.rerank(req("Which river?", vec![doc(0), doc(1)])).await.unwrap().into_inner();
+    assert_eq!(ok.results.len(), 2);
+    healthy(&p).await;
+    assert!(p.alive());
+    let log = p.log_text();
+    assert!(!log.contains(MARKER) && !log.contains("word word") && !log.contains("rivers"), "request text leaked into the log");
     assert!(!log.contains("panicked"), "{log}");
 }
 

@@ -8,4 +8,6 @@ mod attest_cli;
 mod bad_input;
 mod embedder;
 mod generator;
+mod limits;
+mod metrics;
 mod reranker;
