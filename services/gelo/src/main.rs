@@ -57,14 +57,17 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     commands::config::load_config_file()?;
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    // A model service may export traces (its flags say where); everything else only logs.
+    let otlp = match &cli.command {
+        Command::Embedder(a) => a.otlp(commands::serve::Role::Embedder),
+        Command::Reranker(a) => a.otlp(commands::serve::Role::Reranker),
+        Command::Generator(a) => a.otlp(commands::serve::Role::Generator),
+        _ => None,
+    };
+    let _telemetry = commands::telemetry::init(otlp)?;
+    match cli.command {
         Command::Attest(args) => commands::attest::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Embedder(args) => commands::serve::run(commands::serve::Role::Embedder, args),

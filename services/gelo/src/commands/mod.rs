@@ -5,6 +5,7 @@ pub mod engine;
 pub mod models;
 pub mod config;
 pub mod serve;
+pub mod telemetry;
 pub mod bench_model;
 pub mod gateway;
 pub mod rag;

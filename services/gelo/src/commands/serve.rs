@@ -16,7 +16,7 @@ use server::{
 };
 use tokio::net::TcpListener;
 
-use super::engine::ProtocolArgs;
+use super::{engine::ProtocolArgs, telemetry::Otlp};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -90,6 +90,11 @@ pub struct ServiceArgs {
     /// Largest encoded request (bytes).
     #[arg(long, env = "GELO_MAX_REQUEST_BYTES", default_value_t = Limits::default().max_request_bytes)]
     pub max_request_bytes: usize,
+    /// Export traces over OTLP/gRPC to this collector (`http://127.0.0.1:4317`); off when
+    /// unset. `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` also
+    /// turn it on. Spans carry methods, status codes and counts, never request text.
+    #[arg(long, env = "GELO_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl ServiceArgs {
@@ -107,6 +112,14 @@ impl ServiceArgs {
             batch_tokens: self.batch_tokens,
             max_request_bytes: self.max_request_bytes,
         }
+    }
+
+    /// The trace exporter these flags (or the standard OTel variables) ask for, if any.
+    pub fn otlp(&self, role: Role) -> Option<Otlp> {
+        let endpoint = self.otlp_endpoint.clone().or_else(|| {
+            ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"].iter().find_map(|v| std::env::var(v).ok())
+        });
+        endpoint.filter(|e| !e.trim().is_empty()).map(|endpoint| Otlp { endpoint, service_name: format!("gelo-{}", role.name()) })
     }
 }
 

@@ -10,4 +10,5 @@ mod embedder;
 mod generator;
 mod limits;
 mod metrics;
+mod otlp;
 mod reranker;
