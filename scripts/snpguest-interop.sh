@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Peer check: virtee's snpguest (a verifier nobody here wrote) must accept our mock
 # evidence, i.e. the mock ARK/ASK/VCEK chain, a mock report's signature and TCB, its
-# MEASUREMENT and its REPORT_DATA; and it must refuse tampered reports and chains for the
-# signature reason, or the acceptance proves nothing.
+# MEASUREMENT and its REPORT_DATA; and it must refuse a tampered report, a foreign VCEK
+# or ASK and other REPORT_DATA, each with its own message, or the acceptance proves
+# nothing.
 #
 # Installs snpguest $SNPGUEST_VERSION once into $GELO_CACHE/tools (default ~/.cache/gelo),
 # with a target folder of its own there so the workspace build is untouched, then reuses
-# it: about 4-6 minutes on 2 cores, skipped while the pinned version is installed. GELO_BIN
-# names a built `gelo` to use (scripts/test.sh passes the one its test run built);
-# otherwise this builds one. Exits non-zero if snpguest rejects our evidence or accepts a
-# tampered one.
+# it: about 4-6 minutes on 2 cores, skipped while the pinned version is installed.
+# GELO_BIN names a built `gelo` to use (scripts/test.sh passes the one its test run
+# built); when it is unset or missing, this builds one. Exits non-zero if snpguest
+# rejects our evidence or accepts a tampered one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +29,7 @@ if [[ ! -x "$SNPGUEST" ]] || ! "$SNPGUEST" --version 2>/dev/null | grep -qx "snp
     cargo install --locked --root "$TOOLS" snpguest --version "$SNPGUEST_VERSION"
 fi
 
-if [[ -n "${GELO_BIN:-}" ]]; then
+if [[ -n "${GELO_BIN:-}" && -x "${GELO_BIN:-}" ]]; then
   GELO="$GELO_BIN"
 else
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
