@@ -10,6 +10,9 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
+# Peer check: virtee's snpguest accepts our mock evidence and refuses tampered ones (docs/ATTESTATION.md).
+# Installed once into ~/.cache/gelo/tools (minutes), skipped while the pinned version is there.
+GELO_BIN="$CARGO_TARGET_DIR/debug/gelo" scripts/snpguest-interop.sh
 # Kubernetes manifests (CRD, operator-built objects, chart, sample) against the 1.37 schemas.
 scripts/validate-manifests.sh
 # The official openai Python client against `gelo up` (needs `pip install openai`; .ci/run does it).
