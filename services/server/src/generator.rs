@@ -360,8 +360,8 @@ impl Scheduler {
 }
 
 /// A Generate response stream that closes its RPC when it ends: the latency, the status
-/// code (the stream's error, OK at its end, CANCELLED when tonic drops it early) and the
-/// output tokens cover the whole stream, not only the call that opened it.
+/// code (the stream's error, OK at its final message, CANCELLED when tonic drops it early)
+/// and the output tokens cover the whole stream, not only the call that opened it.
 struct Observed {
     rx: tokio_stream::wrappers::UnboundedReceiverStream<Result<GenerateResponse, Status>>,
     call: Option<Call>,
@@ -385,7 +385,14 @@ impl Stream for Observed {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let item = std::task::ready!(self.rx.poll_next_unpin(cx));
         match &item {
-            Some(Ok(m)) => self.output_tokens += m.token_ids.len(),
+            Some(Ok(m)) => {
+                self.output_tokens += m.token_ids.len();
+                // The final message (finish reason, usage) ends the call before the client
+                // can see it, so a client that saw its answer also sees it counted.
+                if m.finish_reason != PbFinish::Unspecified as i32 {
+                    self.close(Code::Ok);
+                }
+            }
             Some(Err(s)) => self.close(s.code()),
             None => self.close(Code::Ok),
         }
