@@ -108,8 +108,8 @@ impl Health {
         HealthServer::new(HealthService::from_health_reporter(self.reporter.clone()))
     }
 
-    /// Sets the gRPC statuses from the current state, then follows its changes until every
-    /// handle is gone.
+    /// Sets the gRPC statuses from the current state, then keeps them following it; runs
+    /// until aborted (`serve` does when it returns).
     pub async fn follow(self) {
         let mut rx = self.state.subscribe();
         loop {
