@@ -1,5 +1,7 @@
 //! all-MiniLM-L6-v2 against sentence-transformers' published behaviour.
 
+use std::sync::Arc;
+
 use models::{load_embedder, ops::cosine, LoadOptions};
 
 use crate::support::*;
@@ -73,4 +75,27 @@ fn max_seq_length_is_honoured_not_the_tokenizer_files_128() {
     let v = e.embed(&[a.as_str(), b.as_str(), c.as_str()]).unwrap();
     assert_eq!(v[0], v[1]);
     assert_ne!(v[0], v[2]);
+}
+
+/// Issue 5's model-level check: a full masked MiniLM forward on the Vulkan engine (Mesa's
+/// lavapipe in CI) gives the CPU engine's embeddings.
+#[test]
+fn minilm_masked_on_the_vulkan_engine_equals_the_cpu_engine() {
+    use kernels::Engine;
+    use protocol::{MaskedConfig, MaskedExecutor};
+    let path = model("all-minilm-l6-v2");
+    let vulkan: Arc<dyn Engine> = kernels_wgpu::open_engine("vulkan").expect("a Vulkan adapter (CI installs lavapipe)");
+    let on_gpu: Arc<dyn protocol::Executor> = Arc::new(MaskedExecutor::new(vulkan, MaskedConfig::default()).unwrap());
+    let g = load_embedder(&path, on_gpu, &LoadOptions::default()).unwrap();
+    let c = load_embedder(&path, masked(), &LoadOptions::default()).unwrap();
+    let texts = [
+        "A man is eating food.",
+        "Confidential retrieval keeps every plaintext inside the attested VM while the GPU multiplies masked rows.",
+        "x",
+    ];
+    let (vg, vc) = (g.embed(&texts).unwrap(), c.embed(&texts).unwrap());
+    for ((a, b), t) in vg.iter().zip(&vc).zip(texts) {
+        let cos = cosine(a, b);
+        assert!(cos >= 0.99999, "{t:?}: cosine {cos} between the Vulkan and CPU engines");
+    }
 }
