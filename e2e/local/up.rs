@@ -37,6 +37,9 @@ impl Up {
         let log = state.with_extension("log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_gelo"))
             .args(["up", "--state-dir", state.to_str().unwrap(), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            // Every process logs at debug (the services inherit it), so the plaintext scan
+            // at the end of the test reads the most talkative logs there are.
+            .env("RUST_LOG", "debug")
             .stdout(Stdio::piped())
             .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
             .spawn()
@@ -284,4 +287,23 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
         assert!(!pid_alive(p), "service pid {p} outlived gelo up");
     }
     assert!(!state.join("gateway.json").exists(), "the state file is removed on exit");
+
+    // 5. No document, question or chat text in any log of the run (gelo up's own, the
+    //    gateway's and every service's, all at debug level).
+    let mut logs = vec![std::fs::read_to_string(&up.log).unwrap()];
+    for e in std::fs::read_dir(state.join("logs")).unwrap() {
+        logs.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+    }
+    assert!(logs.len() >= 5, "gelo up and four service logs: {}", logs.len());
+    assert!(logs.iter().map(String::len).sum::<usize>() > 10_000, "the debug logs are suspiciously short");
+    let secrets = ["magma", "waggle", "Camellia", "Stephenson", "Locomotion", "semiconductor nanocrystals", "black tea",
+        "steam railway", "Say hello", "capital of France", "Bees dance", "green tea", "honey bees use"];
+    for log in &logs {
+        for s in secrets {
+            if let Some(at) = log.find(s) {
+                let line = log[..at].rfind('\n').map_or(0, |i| i + 1);
+                panic!("plaintext `{s}` in a log line: {}", &log[line..log[at..].find('\n').map_or(log.len(), |j| at + j)]);
+            }
+        }
+    }
 }
