@@ -70,7 +70,7 @@ pub struct Probes {
     d_out: usize,
     /// `k×d_out`, row j is `r_j`.
     r: Vec<f64>,
-    /// `d_in×k`: `W·r_j` as columns.
+    /// `k×d_in`: row j is `W·r_j`.
     wr: Vec<f64>,
     /// `d_in`: `Σ_o |W_io|`.
     w_abs: Vec<f64>,
@@ -103,7 +103,7 @@ impl Probes {
         let mut visit = |i: usize, o: usize, v: f64| {
             w_abs[i] += v.abs();
             for j in 0..k {
-                wr[i * k + j] += v * r[j * d_out + o];
+                wr[j * d_in + i] += v * r[j * d_out + o];
             }
         };
         match weight.layout {
@@ -127,36 +127,64 @@ impl Probes {
         Probes { k, range: l as f64, d_in, d_out, r, wr, w_abs, gamma }
     }
 
-    /// Checks `z = u·W` for `u` (`s×d_in`) and `z` (`s×d_out`).
+    /// Checks `z = u·W` for `u` (`s×d_in`) and `z` (`s×d_out`). Rows are checked in
+    /// parallel when there is enough work; the first failing row (lowest index) is reported.
     pub fn check(&self, weight: &str, u: &Matrix, z: &Matrix) -> Result<(), IntegrityViolation> {
         debug_assert_eq!(u.cols(), self.d_in);
         debug_assert_eq!(z.cols(), self.d_out);
-        for row in 0..u.rows() {
+        let check_row = |row: usize| -> Option<IntegrityViolation> {
             let (ur, zr) = (u.row(row), z.row(row));
-            let bound: f64 =
-                ur.iter().zip(&self.w_abs).map(|(&a, &w)| (a as f64).abs() * w).sum::<f64>();
+            let bound = dot_abs(ur, &self.w_abs);
             // Our own f64 sums add at most ~1e-16 relative; the margin absorbs them.
             let tolerance = self.gamma * self.range * bound * 1.01 + f64::MIN_POSITIVE;
-            for j in 0..self.k {
-                let probe = &self.r[j * self.d_out..(j + 1) * self.d_out];
-                let lhs: f64 = zr.iter().zip(probe).map(|(&a, &b)| a as f64 * b).sum();
-                let rhs: f64 =
-                    ur.iter().enumerate().map(|(t, &a)| a as f64 * self.wr[t * self.k + j]).sum();
+            (0..self.k).find_map(|j| {
+                let lhs = dot(zr, &self.r[j * self.d_out..(j + 1) * self.d_out]);
+                let rhs = dot(ur, &self.wr[j * self.d_in..(j + 1) * self.d_in]);
                 let residual = (lhs - rhs).abs();
                 // `!(x <= t)` also rejects a NaN residual.
-                if !(residual <= tolerance) {
-                    return Err(IntegrityViolation {
-                        weight: weight.to_string(),
-                        row,
-                        probe: j,
-                        residual,
-                        tolerance,
-                    });
-                }
-            }
-        }
-        Ok(())
+                (!(residual <= tolerance)).then(|| IntegrityViolation {
+                    weight: weight.to_string(),
+                    row,
+                    probe: j,
+                    residual,
+                    tolerance,
+                })
+            })
+        };
+        let work = u.rows() * (self.d_in + self.d_out) * (self.k + 1);
+        let failed = if work >= 1 << 18 {
+            use rayon::prelude::*;
+            (0..u.rows()).into_par_iter().find_map_first(check_row)
+        } else {
+            (0..u.rows()).find_map(check_row)
+        };
+        failed.map_or(Ok(()), Err)
     }
+}
+
+/// `Σ a_i·b_i` in f64 with four independent accumulators (a dependent chain of f64 adds
+/// would bound the check by add latency, not by the multiply-adds).
+fn dot(a: &[f32], b: &[f64]) -> f64 {
+    dot_by(a, b, |x| x as f64)
+}
+
+/// `Σ |a_i|·b_i`, as [`dot`].
+fn dot_abs(a: &[f32], b: &[f64]) -> f64 {
+    dot_by(a, b, |x| (x as f64).abs())
+}
+
+#[inline(always)]
+fn dot_by(a: &[f32], b: &[f64], f: impl Fn(f32) -> f64) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let (ac, bc) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..4 {
+            acc[l] += f(x[l]) * y[l];
+        }
+    }
+    let tail: f64 = ar.iter().zip(br).map(|(&x, &y)| f(x) * y).sum();
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
 
 impl Drop for Probes {

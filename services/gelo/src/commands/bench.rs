@@ -82,27 +82,55 @@ pub(crate) fn provision(exec: &dyn Executor, shape: &Shape) -> Result<Vec<Vec<We
     Ok(ids)
 }
 
-pub(crate) fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], n: usize, blocks: usize, reps: usize) -> Result<f64> {
-    let inputs: Vec<Matrix> = shape
+/// One forward pass of `blocks` blocks of the shape's linears on `n` rows; returns seconds
+/// per block.
+fn one_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], inputs: &[Matrix], n: usize, blocks: usize) -> Result<f64> {
+    let t = Instant::now();
+    let mut pass = exec.begin(&[n])?;
+    for _ in 0..blocks {
+        for (x, group) in inputs.iter().zip(ids) {
+            pass.linear_many(x, group)?;
+        }
+    }
+    pass.end();
+    debug_assert_eq!(inputs.len(), shape.groups.len());
+    Ok(t.elapsed().as_secs_f64() / blocks as f64)
+}
+
+fn inputs(shape: &Shape, n: usize) -> Vec<Matrix> {
+    shape
         .groups
         .iter()
         .map(|(d_in, _)| Matrix::from_fn(n, *d_in, |r, c| (((r * 131 + c * 7) % 251) as f32 - 125.0) / 125.0))
-        .collect();
-    let run = || -> Result<f64> {
-        let t = Instant::now();
-        let mut pass = exec.begin(&[n])?;
-        for _ in 0..blocks {
-            for (x, group) in inputs.iter().zip(ids) {
-                pass.linear_many(x, group)?;
-            }
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median seconds per block of one warm-up and `reps` timed passes.
+pub(crate) fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], n: usize, blocks: usize, reps: usize) -> Result<f64> {
+    let x = inputs(shape, n);
+    one_pass(exec, shape, ids, &x, n, blocks)?; // warm-up
+    Ok(median((0..reps).map(|_| one_pass(exec, shape, ids, &x, n, blocks)).collect::<Result<Vec<_>>>()?))
+}
+
+/// Times several executors on the same passes in turn (one warm-up each, then `reps`
+/// rounds of one pass each), so drift of the machine hits them alike; medians per executor.
+fn time_interleaved(cells: &[(&dyn Executor, &[Vec<WeightId>])], shape: &Shape, n: usize, blocks: usize, reps: usize) -> Result<Vec<f64>> {
+    let x = inputs(shape, n);
+    for (exec, ids) in cells {
+        one_pass(*exec, shape, ids, &x, n, blocks)?;
+    }
+    let mut times = vec![Vec::with_capacity(reps); cells.len()];
+    for _ in 0..reps {
+        for (t, (exec, ids)) in times.iter_mut().zip(cells) {
+            t.push(one_pass(*exec, shape, ids, &x, n, blocks)?);
         }
-        pass.end();
-        Ok(t.elapsed().as_secs_f64() / blocks as f64)
-    };
-    run()?; // warm-up
-    let mut times = (0..reps).map(|_| run()).collect::<Result<Vec<_>>>()?;
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    }
+    Ok(times.into_iter().map(median).collect())
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -116,8 +144,11 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn protocol_bench(a: ProtocolArgs) -> Result<()> {
-    println!("| shape | n | plain ms/block | mask | masked ms/block | ratio | + U-Verify k={} ms | ratio |", a.verify_probes);
-    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| shape | n | plain ms/block | mask | masked ms/block | ratio | + U-Verify k={} ms | ratio | U-Verify adds |",
+        a.verify_probes
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for name in &a.shapes {
         let shape = shape(name)?;
         let engine: Arc<dyn Engine> = Arc::new(CpuEngine::new());
@@ -138,24 +169,24 @@ fn protocol_bench(a: ProtocolArgs) -> Result<()> {
         }
         for &n in &a.n {
             let reps = if n >= 1024 { a.reps.min(3) } else { a.reps };
-            let t_plain = time_pass(&plain, &shape, &plain_ids, n, a.blocks, reps)?;
             for &mask in &a.masks {
                 let cell = |v: bool| masked.iter().find(|(m, vv, _, _)| *m == mask && *vv == v);
                 let (_, _, exec, ids) = cell(false).expect("configured");
-                let t = time_pass(exec, &shape, ids, n, a.blocks, reps)?;
-                let (tv, rv) = match cell(true) {
-                    Some((_, _, exec_v, ids_v)) => {
-                        let tv = time_pass(exec_v, &shape, ids_v, n, a.blocks, reps)?;
-                        (format!("{:.2}", tv * 1e3), format!("{:.3}", tv / t_plain))
-                    }
-                    None => ("-".into(), "-".into()),
+                let mut cells: Vec<(&dyn Executor, &[Vec<WeightId>])> = vec![(&plain, &plain_ids), (exec, ids)];
+                if let Some((_, _, exec_v, ids_v)) = cell(true) {
+                    cells.push((exec_v, ids_v));
+                }
+                let t = time_interleaved(&cells, &shape, n, a.blocks, reps)?;
+                let (tv, rv, added) = match t.get(2) {
+                    Some(tv) => (format!("{:.2}", tv * 1e3), format!("{:.3}", tv / t[0]), format!("{:+.1}%", 100.0 * (tv / t[1] - 1.0))),
+                    None => ("-".into(), "-".into(), "-".into()),
                 };
                 println!(
-                    "| {} | {n} | {:.2} | {mask:?} | {:.2} | {:.3} | {tv} | {rv} |",
+                    "| {} | {n} | {:.2} | {mask:?} | {:.2} | {:.3} | {tv} | {rv} | {added} |",
                     shape.name,
-                    t_plain * 1e3,
-                    t * 1e3,
-                    t / t_plain
+                    t[0] * 1e3,
+                    t[1] * 1e3,
+                    t[1] / t[0]
                 );
             }
         }
