@@ -1,5 +1,6 @@
-//! Dynamic batching: requests that arrive within a short window (up to a token budget)
-//! share one forward pass, each sequence still with its own mask. The model runs on a
+//! Dynamic batching: requests queued together (up to a token budget) share one forward
+//! pass, each sequence still with its own mask; a burst gets a short window to gather, a
+//! lone request on an idle service runs at once. The model runs on a
 //! dedicated OS thread so the async runtime never blocks on it.
 
 use std::{
@@ -74,22 +75,30 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
                     let mut batch = vec![first];
                     let deadline = Instant::now() + policy.window;
                     while batch.len() < policy.max_items {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        if left.is_zero() {
+                        // Everything already queued joins at once. When the queue is empty,
+                        // a lone request runs straight away (an idle service adds no
+                        // latency), while a burst in progress gets the window to gather
+                        // the rest of it.
+                        let next = match rx.try_recv() {
+                            Ok(i) => Some(i),
+                            Err(mpsc::TryRecvError::Empty) if batch.len() >= 2 => {
+                                let left = deadline.saturating_duration_since(Instant::now());
+                                if left.is_zero() {
+                                    None
+                                } else {
+                                    rx.recv_timeout(left).ok()
+                                }
+                            }
+                            Err(_) => None,
+                        };
+                        let Some(i) = next else { break };
+                        let i = take(i);
+                        if cost + i.cost > policy.budget {
+                            pending = Some(i);
                             break;
                         }
-                        match rx.recv_timeout(left) {
-                            Ok(i) => {
-                                let i = take(i);
-                                if cost + i.cost > policy.budget {
-                                    pending = Some(i);
-                                    break;
-                                }
-                                cost += i.cost;
-                                batch.push(i);
-                            }
-                            Err(_) => break,
-                        }
+                        cost += i.cost;
+                        batch.push(i);
                     }
                     // A client that went away (deadline, cancel) gets no work done.
                     batch.retain(|i| !i.reply.is_closed());
