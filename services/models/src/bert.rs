@@ -156,8 +156,13 @@ impl Bert {
         Ok(())
     }
 
-    /// Last hidden states of every sequence (`n_i × hidden`), one forward pass for all.
+    /// Last hidden states of every sequence (`n_i × hidden`), one forward pass for all,
+    /// run on rayon's pool ([`crate::on_pool`]).
     pub fn forward(&self, seqs: &[Encoded]) -> Result<Vec<Matrix>> {
+        crate::on_pool(|| self.forward_on_pool(seqs))
+    }
+
+    fn forward_on_pool(&self, seqs: &[Encoded]) -> Result<Vec<Matrix>> {
         self.check(seqs)?;
         let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
         let d = self.cfg.hidden_size;

@@ -269,8 +269,13 @@ impl Decoder {
 
     /// Runs `tokens[i]` through the model on top of `caches[i]` (one forward pass for all
     /// sequences, each with its own mask), appends their keys and values, and returns the
-    /// final-normed hidden state of each sequence's last token (`B × hidden`).
+    /// final-normed hidden state of each sequence's last token (`B × hidden`). Runs on
+    /// rayon's pool ([`crate::on_pool`]).
     pub fn forward(&self, caches: &mut [&mut KvCache], tokens: &[&[u32]]) -> Result<Matrix> {
+        crate::on_pool(|| self.forward_on_pool(caches, tokens))
+    }
+
+    fn forward_on_pool(&self, caches: &mut [&mut KvCache], tokens: &[&[u32]]) -> Result<Matrix> {
         if caches.len() != tokens.len() || tokens.is_empty() {
             return Err(ModelError::InvalidRequest("one token list per sequence".into()));
         }

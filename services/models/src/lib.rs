@@ -31,3 +31,23 @@ pub use load::{load_embedder, load_generator, load_reranker, Kind, LoadOptions, 
 pub use roles::{Embedder, Reranker};
 pub use sampler::SamplingParams;
 pub use tokenizer::ChatMessage;
+
+/// Runs one forward pass (a batch, a prefill, a decode step) on a worker of rayon's pool
+/// (the models' `forward`s do; services wrap their whole pass, sampling included),
+/// so the pass's parallel regions (GEMMs, masks, attention) start from inside the pool:
+/// the worker that forks a region works on it at once, where a caller outside the pool
+/// parks on a latch and is woken again for every region. A service's model thread,
+/// asleep between requests, is such a caller. Measured (all-MiniLM-L6-v2, masked, one
+/// client, 2 cores): a served pass took 1.14× the in-process one from outside the pool,
+/// 1.00–1.03× from inside; SmolLM2's served decode went from 7.6 to 10.9 tok/s.
+///
+/// Two passes sent here from different threads may nest on one worker (rayon steals the
+/// second while the first waits on a region); each service runs one model thread.
+pub fn on_pool<R: Send>(pass: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        pass()
+    } else {
+        // `scope` called from outside the pool runs its body on a pool worker.
+        rayon::scope(|_| pass())
+    }
+}

@@ -108,7 +108,7 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
                     m.batch_items.observe(batch.len() as f64);
                     let (jobs, replies): (Vec<J>, Vec<_>) = batch.into_iter().map(|i| (i.job, i.reply)).unzip();
                     let n = jobs.len();
-                    let results = match std::panic::catch_unwind(AssertUnwindSafe(|| run(jobs))) {
+                    let results = match std::panic::catch_unwind(AssertUnwindSafe(|| models::on_pool(|| run(jobs)))) {
                         Ok(r) if r.len() == n => r,
                         Ok(_) => (0..n).map(|_| Err(Status::internal("batch produced the wrong number of results"))).collect(),
                         Err(_) => {

@@ -282,7 +282,7 @@ impl Scheduler {
             let (t, before) = (Instant::now(), clock());
             let result = {
                 let mut refs: Vec<&mut Sequence> = running.iter_mut().map(|r| &mut r.seq).collect();
-                g.step(&mut refs)
+                models::on_pool(|| g.step(&mut refs))
             };
             m.account(t.elapsed().as_secs_f64(), before, clock());
             m.batch_items.observe(running.len() as f64);
@@ -325,7 +325,7 @@ impl Scheduler {
         };
         let reqs: Vec<GenerateRequest> = new.iter().map(|n| n.req.clone()).collect();
         let (t, before) = (Instant::now(), clock());
-        let started = g.start_batch(&reqs);
+        let started = models::on_pool(|| g.start_batch(&reqs));
         m.account(t.elapsed().as_secs_f64(), before, clock());
         let results: Vec<Result<(Sequence, Chunk), Status>> = match started {
             Ok(v) => v.into_iter().map(Ok).collect(),
@@ -335,7 +335,7 @@ impl Scheduler {
                 if status::is_engine_failure(&s) {
                     new.iter().map(|_| Err(s.clone())).collect()
                 } else {
-                    reqs.iter().map(|r| g.start(r).map_err(|e| failed(&e))).collect()
+                    reqs.iter().map(|r| models::on_pool(|| g.start(r)).map_err(|e| failed(&e))).collect()
                 }
             }
         };

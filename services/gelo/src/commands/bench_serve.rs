@@ -50,6 +50,7 @@ async fn run_async(a: ServeArgs) -> Result<()> {
     let policy = Arc::new(Policy::default().with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())]).allow_measurement(default_mock_measurement()));
     let mut child = Command::new(std::env::current_exe()?)
         .args([a.role.as_str(), "--model", a.model.to_str().context("model path")?, "--max-queue", "100000", "--max-texts", "256"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .env("GELO_ATTEST_ISSUER", "mock")
         .env("GELO_MOCK_PKI_DIR", &pki_dir)
         .env("RUST_LOG", "warn")
@@ -57,10 +58,12 @@ async fn run_async(a: ServeArgs) -> Result<()> {
         .spawn()?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
-    let addr = line.split_whitespace().find_map(|w| w.strip_prefix("grpc=")).context("no ready line")?.to_string();
+    let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).map(str::to_string);
+    let addr = field("grpc=").context("no ready line")?;
+    let metrics = field("metrics=").context("no metrics address on the ready line")?;
     let ch = attest::ratls::connect(&addr, policy, ExpectedPeer::default(), None).await?;
     let result = match a.role.as_str() {
-        "embedder" => embedder(&a, ch.channel()).await,
+        "embedder" => embedder(&a, ch.channel(), &metrics).await,
         "generator" => generator(&a, ch.channel()).await,
         other => Err(anyhow::anyhow!("unknown role {other}")),
     };
@@ -69,33 +72,57 @@ async fn run_async(a: ServeArgs) -> Result<()> {
     result
 }
 
-async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel) -> Result<()> {
+/// The server's time so far, from its Prometheus endpoint: in forward passes (engine + TEE
+/// seconds) and in Embed calls (from request to response, summed over requests).
+fn server_seconds(metrics: &str) -> Result<(f64, f64)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics)?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {metrics}\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    let sum = |what: &[&str]| -> f64 {
+        body.lines()
+            .filter(|l| !l.starts_with('#') && what.iter().any(|w| l.contains(w)))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum()
+    };
+    Ok((sum(&["engine_seconds", "tee_seconds"]), sum(&["request_seconds_sum"])))
+}
+
+async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &str) -> Result<()> {
     // In-process reference: the same model on its own masked CPU executor, embedding the
     // same texts in batches of what `c` clients can at best have in flight together (one
-    // text each): batch 1 for one client, batch c for c clients.
+    // text each): batch 1 for one client, batch c for c clients. Each pass runs on the
+    // rayon pool, as the server's do (`models::on_pool`).
     let exec: Arc<dyn protocol::Executor> = Arc::new(protocol::MaskedExecutor::new(Arc::new(kernels::CpuEngine::new()), Default::default())?);
     let e = models::load_embedder(&a.model, exec, &Default::default())?;
     // `texts` texts in batches of `b`; texts/s.
-    let in_process = |b: usize, texts: usize| -> Result<f64> {
-        let batch: Vec<String> = (0..b).map(|i| text(500_000 + i)).collect();
-        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
-        let (t, mut done) = (Instant::now(), 0usize);
-        while done < texts {
-            e.embed(&refs)?;
-            done += b;
+    // The texts the `c` clients of round `round` send, in batches of `c` (request r of
+    // every client together): served and in-process embed exactly the same token counts.
+    let in_process = |round: usize, c: usize, requests: usize| -> Result<f64> {
+        let t = Instant::now();
+        for r in 0..requests {
+            let batch: Vec<String> = (0..c).map(|k| text(round * 1_000_000 + k * 1000 + r)).collect();
+            let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+            models::on_pool(|| e.embed(&refs))?;
         }
-        Ok(done as f64 / t.elapsed().as_secs_f64())
-    };
-    println!("| clients | texts/s served | in-process texts/s (batch = clients) | served / in-process | rounds |");
-    println!("|---|---|---|---|---|");
+        Ok((c * requests) as f64 / t.elapsed().as_secs_f64())
+    };    // The last column splits the gap: the server's own forward-pass time per text against the
+    // in-process time per text (≈ 1: the model ran as fast as in-process, the gap is RPC,
+    // queueing and the clients' CPU; > 1: the forward passes themselves were slowed).
+    // and (one client) the server's time per request outside its forward pass (decoding,
+    // tokenizing, queueing, replying).
+    println!("| clients | texts/s served | in-process texts/s (batch = clients) | served / in-process | rounds | server model s/text ÷ in-process s/text | server ms/request outside the model |");
+    println!("|---|---|---|---|---|---|---|");
     let client = EmbedderClient::new(channel);
     client.clone().embed(EmbedRequest { texts: vec![text(0)], ..Default::default() }).await?;
-    in_process(1, 1)?;
+    in_process(0, 1, 1)?;
     for &c in &a.concurrency {
         // Served and in-process phases alternate, so the machine's drift hits both; the
         // table has the medians.
-        let (mut served, mut reference) = (Vec::new(), Vec::new());
+        let (mut served, mut reference, mut model, mut outside) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for round in 0..a.rounds {
+            let before = server_seconds(metrics)?;
             let t = Instant::now();
             let mut tasks = Vec::new();
             for k in 0..c {
@@ -112,10 +139,18 @@ async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel) -> Result<(
                 t.await??;
             }
             served.push((c * a.requests) as f64 / t.elapsed().as_secs_f64());
-            reference.push(in_process(c, c * a.requests)?);
+            let after = server_seconds(metrics)?;
+            let n = (c * a.requests) as f64;
+            let r = in_process(round, c, a.requests)?;
+            reference.push(r);
+            model.push((after.0 - before.0) / n * r);
+            outside.push(((after.1 - before.1) - (after.0 - before.0)).max(0.0) / n * 1e3);
         }
-        let (rate, reference) = (median(served), median(reference));
-        println!("| {c} | {rate:.1} | {reference:.1} | {:.2} | {} |", rate / reference, a.rounds);
+        let (rate, reference, model, outside) = (median(served), median(reference), median(model), median(outside));
+        // One client: a request's latency is its pass plus everything around it. More
+        // clients wait for each other's passes, so the split says nothing there.
+        let outside = if c == 1 { format!("{outside:.2}") } else { "—".into() };
+        println!("| {c} | {rate:.1} | {reference:.1} | {:.2} | {} | {model:.2} | {outside} |", rate / reference, a.rounds);
     }
     Ok(())
 }
