@@ -7,17 +7,26 @@
 //!
 //! Options: `--chunks N[,N...]` (default 100000), `--dim D` (384), `--chunks-per-doc C` (10),
 //! `--docs-per-commit B` (100), `--text-bytes T` (600), `--queries Q` (50), `--top-k K` (10),
-//! `--dir PATH` (a temporary folder under the system temp dir; removed afterwards).
+//! `--dir PATH` (a temporary folder under the system temp dir; removed afterwards),
+//! `--clusters C` (0), `--spread S` (1.0), `--ann-threshold N` (none), `--nprobe P` (64).
 //!
 //! Vectors are random unit vectors, texts random words: the store's cost does not depend on
-//! what they mean. Each size runs in a fresh store.
+//! what they mean. Each size runs in a fresh store. With `--clusters C` the vectors (and
+//! queries) are drawn around C random unit centres instead, each `normalize(centre + S × u)`
+//! for a random unit `u` (S = 1: cosine about 0.7 to the centre), which gives an IVF index
+//! the structure real embeddings have and uniform random vectors lack.
+//!
+//! With `--ann-threshold N` below the chunk count, the queries run twice: on the store opened
+//! for exact search, then reopened with `StoreOptions { ann_threshold: N, nprobe: P }` (the
+//! reopen then includes building the IVF index), and recall@k of the second run is measured
+//! against the first.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use store::{Chunk, Document, EncryptedRedbStore, SealingKey, VectorStore};
+use store::{Chunk, Document, EncryptedRedbStore, SealingKey, StoreOptions, VectorStore};
 
 struct Options {
     chunks: Vec<usize>,
@@ -28,6 +37,10 @@ struct Options {
     queries: usize,
     top_k: usize,
     dir: Option<PathBuf>,
+    clusters: usize,
+    spread: f32,
+    ann_threshold: Option<usize>,
+    nprobe: usize,
 }
 
 fn parse() -> Result<Options, String> {
@@ -40,6 +53,10 @@ fn parse() -> Result<Options, String> {
         queries: 50,
         top_k: 10,
         dir: None,
+        clusters: 0,
+        spread: 1.0,
+        ann_threshold: None,
+        nprobe: StoreOptions::default().nprobe,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -54,6 +71,10 @@ fn parse() -> Result<Options, String> {
             "--queries" => o.queries = num(&value)?,
             "--top-k" => o.top_k = num(&value)?,
             "--dir" => o.dir = Some(PathBuf::from(value)),
+            "--clusters" => o.clusters = num(&value)?,
+            "--spread" => o.spread = value.parse().map_err(|e| format!("{flag} {value}: {e}"))?,
+            "--ann-threshold" => o.ann_threshold = Some(num(&value)?),
+            "--nprobe" => o.nprobe = num(&value)?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -64,6 +85,55 @@ fn unit(rng: &mut ChaCha8Rng, dim: usize) -> Vec<f32> {
     let v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     v.into_iter().map(|x| x / n).collect()
+}
+
+/// Where vectors come from: uniform on the sphere, or around fixed centres.
+struct Vectors {
+    dim: usize,
+    centres: Vec<Vec<f32>>,
+    spread: f32,
+}
+
+impl Vectors {
+    fn next(&self, rng: &mut ChaCha8Rng) -> Vec<f32> {
+        if self.centres.is_empty() {
+            return unit(rng, self.dim);
+        }
+        let c = &self.centres[rng.random_range(0..self.centres.len())];
+        let v: Vec<f32> = c.iter().zip(unit(rng, self.dim)).map(|(a, b)| a + self.spread * b).collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / n).collect()
+    }
+}
+
+/// Runs the queries (after 3 warm-up queries): sorted latencies and each query's hit ids.
+fn queries(store: &EncryptedRedbStore, queries: &[Vec<f32>], k: usize, expect: usize) -> Result<(Vec<Duration>, Vec<Vec<String>>), store::StoreError> {
+    for q in &queries[..3] {
+        store.search(q, k)?;
+    }
+    let mut lat = Vec::new();
+    let mut ids = Vec::new();
+    for q in &queries[3..] {
+        let t = Instant::now();
+        let hits = store.search(q, k)?;
+        lat.push(t.elapsed());
+        assert_eq!(hits.len(), expect);
+        ids.push(hits.into_iter().map(|h| h.passage_id).collect());
+    }
+    lat.sort();
+    Ok((lat, ids))
+}
+
+fn latency_line(what: &str, k: usize, lat: &[Duration]) -> String {
+    let mean = lat.iter().sum::<Duration>() / lat.len() as u32;
+    format!(
+        "  {what} top-{k}: p50 {:.2} ms  p95 {:.2} ms  mean {:.2} ms  max {:.2} ms  ({} queries)",
+        ms(percentile(lat, 0.5)),
+        ms(percentile(lat, 0.95)),
+        ms(mean),
+        ms(*lat.last().unwrap()),
+        lat.len()
+    )
 }
 
 fn text(rng: &mut ChaCha8Rng, bytes: usize) -> String {
@@ -101,9 +171,11 @@ fn run(o: &Options, total_chunks: usize) -> Result<(), Box<dyn std::error::Error
     let key = SealingKey::generate()?;
     let mut rng = ChaCha8Rng::seed_from_u64(total_chunks as u64);
     let docs = total_chunks.div_ceil(o.chunks_per_doc);
+    let vectors = Vectors { dim: o.dim, centres: (0..o.clusters).map(|_| unit(&mut rng, o.dim)).collect(), spread: o.spread };
+    let exact = StoreOptions { ann_threshold: usize::MAX, ..StoreOptions::default() };
 
     // 1. Ingest, one commit per batch of documents. Generating the inputs is timed apart.
-    let store = EncryptedRedbStore::open(&path, &key, o.dim)?;
+    let store = EncryptedRedbStore::open_with(&path, &key, o.dim, exact)?;
     let (mut ingest, mut generate) = (Duration::ZERO, Duration::ZERO);
     let mut written = 0;
     let mut d = 0;
@@ -116,7 +188,7 @@ fn run(o: &Options, total_chunks: usize) -> Result<(), Box<dyn std::error::Error
                     id: format!("doc-{i}"),
                     title: format!("Document {i}"),
                     metadata: [("source".to_string(), format!("bench/{i}.txt"))].into(),
-                    chunks: (0..n).map(|_| Chunk { text: text(&mut rng, o.text_bytes), embedding: unit(&mut rng, o.dim) }).collect(),
+                    chunks: (0..n).map(|_| Chunk { text: text(&mut rng, o.text_bytes), embedding: vectors.next(&mut rng) }).collect(),
                 }
             })
             .collect();
@@ -139,32 +211,35 @@ fn run(o: &Options, total_chunks: usize) -> Result<(), Box<dyn std::error::Error
     redb::Database::builder().set_check_integrity_on_open(true).create(&path)?;
     let integrity = t.elapsed();
     let t = Instant::now();
-    let store = EncryptedRedbStore::open(&path, &key, o.dim)?;
+    let store = EncryptedRedbStore::open_with(&path, &key, o.dim, exact)?;
     let open = t.elapsed();
     assert_eq!(store.stats()?.chunks as usize, written);
 
-    // 3. Queries (after 3 warm-up queries).
-    let queries: Vec<Vec<f32>> = (0..o.queries + 3).map(|_| unit(&mut rng, o.dim)).collect();
-    for q in &queries[..3] {
-        store.search(q, o.top_k)?;
-    }
-    let mut lat: Vec<Duration> = queries[3..]
-        .iter()
-        .map(|q| {
+    // 3. Queries, exact; then, with an ANN threshold, through the IVF index.
+    let qs: Vec<Vec<f32>> = (0..o.queries + 3).map(|_| vectors.next(&mut rng)).collect();
+    let expect = o.top_k.min(written);
+    let (lat, exact_ids) = queries(&store, &qs, o.top_k, expect)?;
+    let ann = match o.ann_threshold {
+        Some(threshold) if threshold < written => {
+            drop(store);
             let t = Instant::now();
-            let hits = store.search(q, o.top_k).map(|h| h.len());
-            (t.elapsed(), hits)
-        })
-        .map(|(d, hits)| {
-            assert_eq!(hits.ok(), Some(o.top_k.min(written)));
-            d
-        })
-        .collect();
-    lat.sort();
-    let mean = lat.iter().sum::<Duration>() / lat.len() as u32;
+            let options = StoreOptions { ann_threshold: threshold, nprobe: o.nprobe };
+            let store = EncryptedRedbStore::open_with(&path, &key, o.dim, options)?;
+            let open = t.elapsed();
+            let (lat, ids) = queries(&store, &qs, o.top_k, expect)?;
+            let found: usize =
+                ids.iter().zip(&exact_ids).map(|(got, want)| got.iter().filter(|g| want.contains(g)).count()).sum();
+            Some((open, lat, found as f64 / (exact_ids.len() * expect) as f64))
+        }
+        _ => None,
+    };
 
+    let data = match o.clusters {
+        0 => "uniform random".to_string(),
+        c => format!("{c} clusters, spread {}", o.spread),
+    };
     println!(
-        "chunks {written} (docs {docs}, dim {}, text {} B, {} docs/commit, threads {})",
+        "chunks {written} (docs {docs}, dim {}, {data}, text {} B, {} docs/commit, threads {})",
         o.dim,
         o.text_bytes,
         o.docs_per_commit,
@@ -188,15 +263,17 @@ fn run(o: &Options, total_chunks: usize) -> Result<(), Box<dyn std::error::Error
         open.as_secs_f64(),
         integrity.as_secs_f64()
     );
-    println!(
-        "  query    top-{}: p50 {:.1} ms  p95 {:.1} ms  mean {:.1} ms  max {:.1} ms  ({} queries)",
-        o.top_k,
-        ms(percentile(&lat, 0.5)),
-        ms(percentile(&lat, 0.95)),
-        ms(mean),
-        ms(*lat.last().unwrap()),
-        lat.len()
-    );
+    println!("{}", latency_line("query    exact", o.top_k, &lat));
+    if let Some((open, lat, recall)) = ann {
+        println!(
+            "  IVF      reopen with index build {:.2} s; nprobe {} of ~{:.0} lists; recall@{} vs exact {recall:.3}",
+            open.as_secs_f64(),
+            o.nprobe,
+            (written as f64).sqrt(),
+            o.top_k
+        );
+        println!("{}", latency_line("query    IVF  ", o.top_k, &lat));
+    }
     if let (Some(a), Some(b)) = (rss_after_ingest, rss_mib()) {
         println!("  RSS      {a:.0} MiB after ingest, {b:.0} MiB after reopen and queries");
     }

@@ -8,7 +8,8 @@
 //!   are sealed with AES-256-GCM; the trust boundary is `seal`, where every record is
 //!   encrypted and authenticated, and the table keys are keyed hashes of the document ids.
 //! - [`SealingKey`] (`key`): the 32-byte key (AMD-SP derived on hardware, a key file in mock mode).
-//! - `index`, `matrix`, `search`: the decrypted vectors in memory and the exact scan over them.
+//! - `index`, `matrix`, `search`: the decrypted vectors in memory and the exact scan over them;
+//!   `ivf`: the approximate index searches use above [`StoreOptions::ann_threshold`] chunks.
 //! - [`chunk_text`] (`chunk`): splitting a document into overlapping token windows.
 //!
 //! The trait is synchronous on purpose: every call does disk I/O or a scan that takes
@@ -19,6 +20,7 @@ mod chunk;
 mod codec;
 mod error;
 mod index;
+mod ivf;
 mod key;
 mod matrix;
 mod redb_store;
@@ -30,7 +32,7 @@ use std::collections::BTreeMap;
 pub use chunk::{TextChunk, chunk_by_offsets, chunk_text};
 pub use error::{RecordKind, Result, StoreError};
 pub use key::SealingKey;
-pub use redb_store::EncryptedRedbStore;
+pub use redb_store::{EncryptedRedbStore, StoreOptions};
 
 /// A document to store, or one read back: its chunks in order, each with its embedding.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -89,7 +91,9 @@ pub trait VectorStore: Send + Sync {
     /// The stored document with this id, chunks in order.
     fn get(&self, id: &str) -> Result<Option<Document>>;
 
-    /// The `top_k` chunks most similar to `query` by cosine similarity, best first. Exact.
+    /// The `top_k` chunks most similar to `query` by cosine similarity, best first. Exact, or
+    /// approximate (with exact scores) where the store is configured for an ANN index above a
+    /// size, as [`EncryptedRedbStore`] is beyond [`StoreOptions::ann_threshold`] chunks.
     fn search(&self, query: &[f32], top_k: usize) -> Result<Vec<Passage>>;
 
     fn stats(&self) -> Result<Stats>;

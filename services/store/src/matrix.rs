@@ -50,10 +50,51 @@ impl Matrix {
         self.len - 1
     }
 
-    #[cfg(test)]
+    #[inline]
     pub(crate) fn row(&self, row: usize) -> &[f32] {
         let (s, o) = (row / Self::SEGMENT_ROWS, row % Self::SEGMENT_ROWS);
         &self.segments[s][o * self.dim..(o + 1) * self.dim]
+    }
+
+    /// Reorders the rows in place so that row `i` becomes the former row `order[i]`
+    /// (`order` a permutation of `0..len`). Follows the permutation's cycles with one row of
+    /// scratch, so it needs no second copy of the matrix.
+    pub(crate) fn permute(&mut self, order: &[u32]) {
+        assert_eq!(order.len(), self.len);
+        let dim = self.dim;
+        let mut done = vec![false; self.len];
+        let mut scratch = vec![0f32; dim];
+        for start in 0..self.len {
+            if done[start] || order[start] as usize == start {
+                continue;
+            }
+            scratch.copy_from_slice(self.row(start));
+            let mut to = start;
+            loop {
+                done[to] = true;
+                let from = order[to] as usize;
+                if from == start {
+                    self.row_mut(to).copy_from_slice(&scratch);
+                    break;
+                }
+                let (fs, fo) = (from / Self::SEGMENT_ROWS, from % Self::SEGMENT_ROWS);
+                let (ts, to_o) = (to / Self::SEGMENT_ROWS, to % Self::SEGMENT_ROWS);
+                if fs == ts {
+                    self.segments[ts].copy_within(fo * dim..(fo + 1) * dim, to_o * dim);
+                } else {
+                    let (a, b) = (fs.min(ts), fs.max(ts));
+                    let (head, tail) = self.segments.split_at_mut(b);
+                    let (src, dst) = if fs < ts { (&head[a], &mut tail[0]) } else { (&tail[0], &mut head[a]) };
+                    dst[to_o * dim..(to_o + 1) * dim].copy_from_slice(&src[fo * dim..(fo + 1) * dim]);
+                }
+                to = from;
+            }
+        }
+    }
+
+    fn row_mut(&mut self, row: usize) -> &mut [f32] {
+        let (s, o) = (row / Self::SEGMENT_ROWS, row % Self::SEGMENT_ROWS);
+        &mut self.segments[s][o * self.dim..(o + 1) * self.dim]
     }
 
     /// Removes `row` by moving the last row into its place. Returns the former index of the
@@ -89,6 +130,21 @@ impl Matrix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permute_across_segments() {
+        let n = Matrix::SEGMENT_ROWS * 2 + 5;
+        let mut m = Matrix::new(3);
+        for i in 0..n {
+            m.push(&[i as f32, 0.5, -(i as f32)]);
+        }
+        // Reversal (long cycles across segments) composed with a rotation by 7.
+        let order: Vec<u32> = (0..n).map(|i| ((n - 1 - i + 7) % n) as u32).collect();
+        m.permute(&order);
+        for (i, &from) in order.iter().enumerate() {
+            assert_eq!(m.row(i), &[from as f32, 0.5, -(from as f32)]);
+        }
+    }
 
     #[test]
     fn swap_remove_across_segments_keeps_rows_dense() {

@@ -42,7 +42,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 
 use crate::codec::{self, DocRecord};
 use crate::error::{RecordKind, Result, StoreError};
-use crate::index::{DocEntry, Index};
+use crate::index::{AnnConfig, DocEntry, Index};
 use crate::key::SealingKey;
 use crate::seal::{Aad, ChunkBinding, DocHash, Generation, Sealer};
 use crate::{Chunk, Document, Passage, Stats, VectorStore, normalize};
@@ -61,6 +61,26 @@ const CACHE_BYTES: usize = 128 << 20;
 /// Vector records decrypted per parallel batch while loading.
 const LOAD_BATCH: usize = 4096;
 
+/// How an [`EncryptedRedbStore`] searches; [`EncryptedRedbStore::open`] uses the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Searches use an approximate IVF index when the store holds more chunks than this;
+    /// up to it they are the exact scan. Default 1,000,000: the exact scan answers a top-10 at
+    /// 1M chunks in tens of milliseconds on 2 cores (docs/BENCHMARKS.md), and the index
+    /// trades recall, memory and build time for speed only beyond that.
+    pub ann_threshold: usize,
+    /// IVF lists read per query, of about √(chunks) (1,000 at 1M chunks). More lists,
+    /// higher recall and slower queries: query time is about proportional to
+    /// `nprobe / √chunks` of a full scan. Default 64.
+    pub nprobe: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { ann_threshold: 1_000_000, nprobe: 64 }
+    }
+}
+
 /// The embedded [`VectorStore`]: persistent, crash-safe, sealed at rest.
 pub struct EncryptedRedbStore {
     db: Database,
@@ -78,9 +98,18 @@ impl EncryptedRedbStore {
     /// [`StoreError::Corrupt`] if the file or any document or vector record fails its checks
     /// (chunk texts are authenticated when they are read).
     pub fn open(path: impl AsRef<Path>, key: &SealingKey, dimension: usize) -> Result<Self> {
+        Self::open_with(path, key, dimension, StoreOptions::default())
+    }
+
+    /// [`EncryptedRedbStore::open`] with search options. Over the ANN threshold the IVF index
+    /// is built here, after the vectors are loaded, so the open takes longer.
+    pub fn open_with(path: impl AsRef<Path>, key: &SealingKey, dimension: usize, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         if dimension == 0 || dimension > MAX_DIMENSION {
             return Err(StoreError::invalid(format!("dimension must be between 1 and {MAX_DIMENSION}")));
+        }
+        if options.nprobe == 0 {
+            return Err(StoreError::invalid("nprobe must be at least 1"));
         }
         let db = Database::builder()
             .set_check_integrity_on_open(true)
@@ -88,7 +117,9 @@ impl EncryptedRedbStore {
             .create(&path)?;
         let sealer = Sealer::new(key);
         let next_seq = check_or_init_meta(&db, &sealer, dimension)?;
-        let index = load_index(&db, &sealer, dimension, next_seq)?;
+        let ann = AnnConfig { threshold: options.ann_threshold, nprobe: options.nprobe };
+        let mut index = load_index(&db, &sealer, Index::with_ann(dimension, ann), next_seq)?;
+        index.refresh_ann();
         tracing::debug!(documents = index.documents(), chunks = index.chunks(), "document store opened");
         Ok(EncryptedRedbStore { db, path, sealer, dim: dimension, index: RwLock::new(index) })
     }
@@ -247,6 +278,7 @@ impl VectorStore for EncryptedRedbStore {
                 index.push_chunk(slot, &c.embedding);
             }
         }
+        index.refresh_ann();
         Ok(())
     }
 
@@ -276,6 +308,7 @@ impl VectorStore for EncryptedRedbStore {
         for hash in &deleted {
             index.remove_doc(hash);
         }
+        index.refresh_ann();
         Ok(deleted.len() as u64)
     }
 
@@ -441,12 +474,11 @@ fn check_or_init_meta(db: &Database, sealer: &Sealer, dimension: usize) -> Resul
 /// Rebuilds the index from the file, checking that the chunk records are exactly those the
 /// documents claim: every vector is decrypted (in parallel batches: the bulk of the open time
 /// at 1M chunks); texts are checked for presence here and authenticated when read.
-fn load_index(db: &Database, sealer: &Sealer, dim: usize, next_seq: u64) -> Result<Index> {
+fn load_index(db: &Database, sealer: &Sealer, mut index: Index, next_seq: u64) -> Result<Index> {
     let txn = db.begin_read()?;
     let docs = txn.open_table(DOCUMENTS)?;
     let vectors = txn.open_table(VECTORS)?;
     let texts = txn.open_table(TEXTS)?;
-    let mut index = Index::new(dim);
     // (first_seq, chunks, slot) of every document.
     let mut ranges: Vec<(u64, u32, u32)> = Vec::with_capacity(docs.len()? as usize);
     for entry in docs.iter()? {
