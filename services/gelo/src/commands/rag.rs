@@ -658,12 +658,12 @@ struct Sample {
     stages: [f64; 4],
 }
 
-async fn one_query(mut c: RagClient<Channel>, question: String, a: &BenchArgs) -> Result<Sample> {
+async fn one_query(mut c: RagClient<Channel>, question: String, a: &BenchArgs) -> Result<Sample, tonic::Status> {
     let t = Instant::now();
     let req = QueryRequest { question, top_k: a.top_k, max_tokens: a.max_tokens, temperature: 0.0, seed: 0, rerank: a.rerank };
-    let mut s = c.query(req).await.map_err(status_error)?.into_inner();
+    let mut s = c.query(req).await?.into_inner();
     let mut out = Sample::default();
-    while let Some(m) = s.message().await.map_err(status_error)? {
+    while let Some(m) = s.message().await? {
         if let Some(Event::Timings(tm)) = m.event {
             out.first_token = tm.first_token_seconds;
             out.stages = [tm.embed_seconds, tm.search_seconds, tm.rerank_seconds, tm.generate_seconds];
@@ -739,9 +739,23 @@ async fn bench(a: BenchArgs) -> Result<()> {
         let n = a.queries.max(2 * c);
         let qs: Vec<String> = (0..n).map(|i| questions[i % questions.len()].clone()).collect();
         let t = Instant::now();
-        let results: Vec<Result<Sample>> = futures::stream::iter(qs).map(|q| one_query(client.clone(), q, &a)).buffer_unordered(c).collect().await;
+        let results: Vec<Result<Sample, tonic::Status>> =
+            futures::stream::iter(qs).map(|q| one_query(client.clone(), q, &a)).buffer_unordered(c).collect().await;
         let wall = t.elapsed().as_secs_f64();
-        let samples: Vec<Sample> = results.into_iter().collect::<Result<_>>()?;
+        // A query the pipeline refused (an overloaded stage sheds load with
+        // RESOURCE_EXHAUSTED) is counted by its code; the latencies are those of the answered.
+        let mut failed: BTreeMap<String, usize> = BTreeMap::new();
+        let mut samples = Vec::new();
+        for r in results {
+            match r {
+                Ok(s) => samples.push(s),
+                Err(s) => *failed.entry(format!("{:?}", s.code())).or_default() += 1,
+            }
+        }
+        if samples.is_empty() {
+            bail!("query c={c}: all {n} queries failed: {failed:?}");
+        }
+        let failures = failed.iter().map(|(code, k)| format!("{k} {code}")).collect::<Vec<_>>().join(", ");
         let mut totals: Vec<f64> = samples.iter().map(|s| s.total).collect();
         totals.sort_by(f64::total_cmp);
         let mut ttft: Vec<f64> = samples.iter().map(|s| s.first_token).collect();
@@ -751,9 +765,10 @@ async fn bench(a: BenchArgs) -> Result<()> {
         let share: Vec<f64> = stage_sum.iter().map(|s| 100.0 * s / sum_total.max(1e-9)).collect();
         let other = 100.0 - share.iter().sum::<f64>();
         println!(
-            "query c={c:>2}: {n} queries in {wall:.1} s ({:.2} q/s) latency p50 {:.2} s p95 {:.2} s, first token p50 {:.2} s p95 {:.2} s; \
+            "query c={c:>2}: {n} queries in {wall:.1} s ({:.2} answered/s{}) latency p50 {:.2} s p95 {:.2} s, first token p50 {:.2} s p95 {:.2} s; \
              time share embed {:.1}% search {:.1}% rerank {:.1}% generate {:.1}% other {:.1}%",
-            n as f64 / wall,
+            samples.len() as f64 / wall,
+            if failures.is_empty() { String::new() } else { format!("; failed: {failures}") },
             percentile(&totals, 0.5),
             percentile(&totals, 0.95),
             percentile(&ttft, 0.5),
@@ -765,7 +780,7 @@ async fn bench(a: BenchArgs) -> Result<()> {
             other
         );
         levels.push(json!({
-            "concurrency": c, "queries": n, "wall_seconds": wall, "p50_seconds": percentile(&totals, 0.5), "p95_seconds": percentile(&totals, 0.95),
+            "concurrency": c, "queries": n, "answered": samples.len(), "failed": failed, "wall_seconds": wall, "p50_seconds": percentile(&totals, 0.5), "p95_seconds": percentile(&totals, 0.95),
             "first_token_p50_seconds": percentile(&ttft, 0.5), "first_token_p95_seconds": percentile(&ttft, 0.95),
             "share_percent": { "embed": share[0], "search": share[1], "rerank": share[2], "generate": share[3], "other": other },
         }));
