@@ -24,14 +24,13 @@
 //! rebuilds when the row count has doubled since the last build (see `Index::refresh_ann`).
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 use crate::matrix::Matrix;
-use crate::search::{Hit, dot};
+use crate::search::{Hit, best_k, dot, merge};
 
 /// Lloyd iterations. Few are needed: lists only have to be coherent enough that a query's
 /// neighbours fall in its nearest few, and the probe re-scores exactly anyway.
@@ -195,26 +194,9 @@ impl Ivf {
         rows.par_sort_unstable();
         let partials: Vec<Vec<Hit>> = rows
             .par_chunks(SCAN_ROWS)
-            .map(|rows| {
-                let mut best: BinaryHeap<std::cmp::Reverse<Hit>> = BinaryHeap::with_capacity(k + 1);
-                for &row in rows {
-                    let hit = Hit { score: dot(query, matrix.row(row as usize)), row };
-                    if best.len() < k {
-                        best.push(std::cmp::Reverse(hit));
-                    } else if let Some(worst) = best.peek()
-                        && hit > worst.0
-                    {
-                        best.pop();
-                        best.push(std::cmp::Reverse(hit));
-                    }
-                }
-                best.into_iter().map(|r| r.0).collect()
-            })
+            .map(|rows| best_k(rows.iter().map(|&row| Hit { score: dot(query, matrix.row(row as usize)), row }), k))
             .collect();
-        let mut all: Vec<Hit> = partials.into_iter().flatten().collect();
-        all.sort_unstable_by(|a, b| b.cmp(a));
-        all.truncate(k);
-        all
+        merge(partials, k)
     }
 }
 

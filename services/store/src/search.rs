@@ -60,23 +60,32 @@ pub(crate) fn exact_top_k(matrix: &Matrix, query: &[f32], k: usize) -> Vec<Hit> 
         .par_iter()
         .enumerate()
         .map(|(s, segment)| {
-            // A min-heap of the best k seen so far: the root is the one to evict.
-            let mut best: BinaryHeap<std::cmp::Reverse<Hit>> = BinaryHeap::with_capacity(k + 1);
             let base = (s * Matrix::SEGMENT_ROWS) as u32;
-            for (i, row) in segment.chunks_exact(dim).enumerate() {
-                let hit = Hit { score: dot(query, row), row: base + i as u32 };
-                if best.len() < k {
-                    best.push(std::cmp::Reverse(hit));
-                } else if let Some(worst) = best.peek()
-                    && hit > worst.0
-                {
-                    best.pop();
-                    best.push(std::cmp::Reverse(hit));
-                }
-            }
-            best.into_iter().map(|r| r.0).collect()
+            best_k(segment.chunks_exact(dim).enumerate().map(|(i, row)| Hit { score: dot(query, row), row: base + i as u32 }), k)
         })
         .collect();
+    merge(partials, k)
+}
+
+/// The best `k` of `hits` (in no particular order): a min-heap of the best seen so far,
+/// whose root is the one to evict.
+pub(crate) fn best_k(hits: impl Iterator<Item = Hit>, k: usize) -> Vec<Hit> {
+    let mut best: BinaryHeap<std::cmp::Reverse<Hit>> = BinaryHeap::with_capacity(k + 1);
+    for hit in hits {
+        if best.len() < k {
+            best.push(std::cmp::Reverse(hit));
+        } else if let Some(worst) = best.peek()
+            && hit > worst.0
+        {
+            best.pop();
+            best.push(std::cmp::Reverse(hit));
+        }
+    }
+    best.into_iter().map(|r| r.0).collect()
+}
+
+/// The best `k` of several partial results, best first.
+pub(crate) fn merge(partials: Vec<Vec<Hit>>, k: usize) -> Vec<Hit> {
     let mut all: Vec<Hit> = partials.into_iter().flatten().collect();
     all.sort_unstable_by(|a, b| b.cmp(a));
     all.truncate(k);
