@@ -6,7 +6,7 @@
 //! Chunk text is not kept here: it is read and decrypted from the file for the top-k hits
 //! only, which keeps memory at about the size of the vectors.
 //!
-//! Above a configured chunk count ([`AnnConfig::threshold`]) searches go through an IVF index
+//! Above a configured chunk count ([`crate::StoreOptions::ann_threshold`]) searches go through an IVF index
 //! (`ivf`) instead of the exact scan. The index is told about every row this module moves, so
 //! it never needs a rebuild to stay correct, only to stay good. A build also reorders the
 //! matrix so that each IVF list's rows are adjacent (re-pointing owners and documents, as a
@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::ivf::Ivf;
 use crate::matrix::Matrix;
 use crate::search::{self, Hit};
+use crate::StoreOptions;
 use crate::seal::{DocHash, Generation};
 
 pub(crate) struct DocEntry {
@@ -43,18 +44,10 @@ struct RowOwner {
     chunk: u32,
 }
 
-/// When searches use the IVF index, and how many of its lists they read.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AnnConfig {
-    /// The index is used when the store holds more chunks than this.
-    pub(crate) threshold: usize,
-    /// Lists probed per query (at least 1).
-    pub(crate) nprobe: usize,
-}
-
 pub(crate) struct Index {
     matrix: Matrix,
-    ann: AnnConfig,
+    /// When searches use the IVF index, and how many of its lists they read.
+    ann: StoreOptions,
     ivf: Option<Ivf>,
     /// Who owns each row, so that a moved row can be re-pointed and a hit named.
     owners: Vec<RowOwner>,
@@ -73,13 +66,15 @@ pub(crate) struct ResolvedHit<'a> {
 impl Index {
     #[cfg(test)]
     pub(crate) fn new(dim: usize) -> Self {
-        Self::with_ann(dim, AnnConfig { threshold: usize::MAX, nprobe: 1 })
+        Self::with_ann(dim, StoreOptions { ann_threshold: usize::MAX, nprobe: 1 })
     }
 
-    pub(crate) fn with_ann(dim: usize, ann: AnnConfig) -> Self {
+    /// An empty index; `ann.nprobe` must be at least 1 (`EncryptedRedbStore::open_with`
+    /// checks it).
+    pub(crate) fn with_ann(dim: usize, ann: StoreOptions) -> Self {
         Index {
             matrix: Matrix::new(dim),
-            ann: AnnConfig { nprobe: ann.nprobe.max(1), ..ann },
+            ann,
             ivf: None,
             owners: Vec::new(),
             docs: Vec::new(),
@@ -94,9 +89,9 @@ impl Index {
     /// chunks it takes seconds (docs/BENCHMARKS.md), once per doubling of the store.
     pub(crate) fn refresh_ann(&mut self) {
         let n = self.chunks();
-        if n <= self.ann.threshold / 2 {
+        if n <= self.ann.ann_threshold / 2 {
             self.ivf = None;
-        } else if n > self.ann.threshold && self.ivf.as_ref().is_none_or(|ivf| n >= ivf.built_for().saturating_mul(2)) {
+        } else if n > self.ann.ann_threshold && self.ivf.as_ref().is_none_or(|ivf| n >= ivf.built_for().saturating_mul(2)) {
             let mut ivf = Ivf::build(&self.matrix);
             let order = ivf.make_contiguous();
             self.permute(&order);
@@ -117,7 +112,7 @@ impl Index {
 
     /// Whether searches currently go through the IVF index.
     fn uses_ann(&self) -> bool {
-        self.chunks() > self.ann.threshold && self.ivf.is_some()
+        self.chunks() > self.ann.ann_threshold && self.ivf.is_some()
     }
 
     pub(crate) fn dim(&self) -> usize {
@@ -228,12 +223,7 @@ mod tests {
         DocEntry { hash: [h; 32], id: format!("d{h}"), title: String::new(), metadata: BTreeMap::new(), generation: [0; 16], first_seq: 0, rows: vec![] }
     }
 
-    fn unit(rng: &mut rand_chacha::ChaCha8Rng, dim: usize) -> Vec<f32> {
-        use rand::RngExt;
-        let mut v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
-        crate::normalize(&mut v).unwrap();
-        v
-    }
+    use crate::random_unit as unit;
 
     /// Built once past the threshold, rebuilt at twice the size of the last build, kept down
     /// to half the threshold and used only above it.
@@ -241,7 +231,7 @@ mod tests {
     fn the_ivf_index_follows_the_threshold() {
         use rand::SeedableRng;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
-        let mut index = Index::with_ann(4, AnnConfig { threshold: 100, nprobe: 2 });
+        let mut index = Index::with_ann(4, StoreOptions { ann_threshold: 100, nprobe: 2 });
         let mut add = |index: &mut Index, h: u8, n: usize| {
             let slot = index.insert_doc(entry(h));
             for _ in 0..n {
@@ -287,7 +277,7 @@ mod tests {
         use rand::{RngExt, SeedableRng};
         let dim = 8;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let mut index = Index::with_ann(dim, AnnConfig { threshold: 50, nprobe: 3 });
+        let mut index = Index::with_ann(dim, StoreOptions { ann_threshold: 50, nprobe: 3 });
         let mut live: HashMap<u8, Vec<Vec<f32>>> = HashMap::new();
         for step in 0..600 {
             let h: u8 = rng.random_range(0..60);

@@ -218,10 +218,15 @@ mod tests {
     use crate::search::exact_top_k;
     use rand::{RngExt, SeedableRng};
 
-    fn unit(rng: &mut ChaCha8Rng, dim: usize) -> Vec<f32> {
-        let mut v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
-        crate::normalize(&mut v).unwrap();
-        v
+    use crate::random_unit as unit;
+
+    /// `n` random unit rows of `dim` values.
+    fn random_matrix(rng: &mut ChaCha8Rng, n: usize, dim: usize) -> Matrix {
+        let mut m = Matrix::new(dim);
+        for _ in 0..n {
+            m.push(&unit(rng, dim));
+        }
+        m
     }
 
     /// `n` unit vectors around the given centres, each at cosine about 0.7 from its centre.
@@ -282,10 +287,7 @@ mod tests {
     fn follows_pushes_and_row_moves() {
         let dim = 8;
         let mut rng = ChaCha8Rng::seed_from_u64(12);
-        let mut m = Matrix::new(dim);
-        for _ in 0..500 {
-            m.push(&unit(&mut rng, dim));
-        }
+        let mut m = random_matrix(&mut rng, 500, dim);
         let mut ivf = Ivf::build(&m);
         let order = ivf.make_contiguous();
         m.permute(&order);
@@ -326,10 +328,7 @@ mod tests {
     fn probes_more_lists_until_it_has_k_rows() {
         let dim = 4;
         let mut rng = ChaCha8Rng::seed_from_u64(13);
-        let mut m = Matrix::new(dim);
-        for _ in 0..100 {
-            m.push(&unit(&mut rng, dim));
-        }
+        let m = random_matrix(&mut rng, 100, dim);
         let ivf = Ivf::build(&m);
         let q = unit(&mut rng, dim);
         // One list of ten holds about ten rows: asking for 60 must read more of them.

@@ -114,6 +114,15 @@ pub(crate) fn normalize(v: &mut [f32]) -> Option<()> {
     Some(())
 }
 
+/// A random unit vector, for the crate's unit tests.
+#[cfg(test)]
+pub(crate) fn random_unit(rng: &mut rand_chacha::ChaCha8Rng, dim: usize) -> Vec<f32> {
+    use rand::RngExt;
+    let mut v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+    normalize(&mut v).unwrap();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,7 +42,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 
 use crate::codec::{self, DocRecord};
 use crate::error::{RecordKind, Result, StoreError};
-use crate::index::{AnnConfig, DocEntry, Index};
+use crate::index::{DocEntry, Index};
 use crate::key::SealingKey;
 use crate::seal::{Aad, ChunkBinding, DocHash, Generation, Sealer};
 use crate::{Chunk, Document, Passage, Stats, VectorStore, normalize};
@@ -117,8 +117,7 @@ impl EncryptedRedbStore {
             .create(&path)?;
         let sealer = Sealer::new(key);
         let next_seq = check_or_init_meta(&db, &sealer, dimension)?;
-        let ann = AnnConfig { threshold: options.ann_threshold, nprobe: options.nprobe };
-        let mut index = load_index(&db, &sealer, Index::with_ann(dimension, ann), next_seq)?;
+        let mut index = load_index(&db, &sealer, Index::with_ann(dimension, options), next_seq)?;
         index.refresh_ann();
         tracing::debug!(documents = index.documents(), chunks = index.chunks(), "document store opened");
         Ok(EncryptedRedbStore { db, path, sealer, dim: dimension, index: RwLock::new(index) })

@@ -2,21 +2,18 @@
 //! recall against the exact scan, exact scores, and correct hits after deletes and
 //! replacements move rows.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use common::unit;
 use store::{Chunk, Document, EncryptedRedbStore, Passage, SealingKey, StoreError, StoreOptions, VectorStore};
 
 fn key() -> SealingKey {
     SealingKey::from_bytes([9; 32])
-}
-
-fn unit(rng: &mut ChaCha8Rng, dim: usize) -> Vec<f32> {
-    let v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.into_iter().map(|x| x / n).collect()
 }
 
 /// A unit vector at cosine about 0.7 from a random one of `centres`.

@@ -1,24 +1,21 @@
 //! The store through its public API: round trips, replacement, deletion, persistence, keys,
 //! dimensions, and exact search against a brute-force reference.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use common::unit;
 use store::{Chunk, Document, EncryptedRedbStore, SealingKey, StoreError, VectorStore};
 
 const DIM: usize = 16;
 
 fn key() -> SealingKey {
     SealingKey::from_bytes([7; 32])
-}
-
-fn unit(rng: &mut ChaCha8Rng, dim: usize) -> Vec<f32> {
-    let v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.into_iter().map(|x| x / n).collect()
 }
 
 fn doc(id: &str, texts: &[&str], rng: &mut ChaCha8Rng) -> Document {
