@@ -105,7 +105,7 @@ fn inputs(shape: &Shape, n: usize) -> Vec<Matrix> {
         .collect()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }

@@ -14,6 +14,8 @@ use anyhow::{bail, Context, Result};
 use api::v1::{embedder_client::EmbedderClient, generator_client::GeneratorClient, EmbedRequest, GenerateRequest};
 use attest::{issuer::default_mock_measurement, ExpectedPeer, MockPki, Policy, TrustedRoot};
 
+use super::bench::median;
+
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// embedder or generator.
@@ -96,7 +98,6 @@ async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &s
     // rayon pool, as the server's do (`models::on_pool`).
     let exec: Arc<dyn protocol::Executor> = Arc::new(protocol::MaskedExecutor::new(Arc::new(kernels::CpuEngine::new()), Default::default())?);
     let e = models::load_embedder(&a.model, exec, &Default::default())?;
-    // `texts` texts in batches of `b`; texts/s.
     // The texts the `c` clients of round `round` send, in batches of `c` (request r of
     // every client together): served and in-process embed exactly the same token counts.
     let in_process = |round: usize, c: usize, requests: usize| -> Result<f64> {
@@ -107,11 +108,12 @@ async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &s
             models::on_pool(|| e.embed(&refs))?;
         }
         Ok((c * requests) as f64 / t.elapsed().as_secs_f64())
-    };    // The last column splits the gap: the server's own forward-pass time per text against the
-    // in-process time per text (≈ 1: the model ran as fast as in-process, the gap is RPC,
-    // queueing and the clients' CPU; > 1: the forward passes themselves were slowed).
-    // and (one client) the server's time per request outside its forward pass (decoding,
-    // tokenizing, queueing, replying).
+    };
+    // The last two columns split the gap: the server's own forward-pass time per text
+    // against the in-process time per text (≈ 1: the passes ran as fast as in-process, the
+    // gap is RPC, queueing and the clients' CPU; > 1: the passes themselves were slowed), and
+    // (one client) the server's time per request outside its pass (decoding, tokenizing,
+    // queueing, replying).
     println!("| clients | texts/s served | in-process texts/s (batch = clients) | served / in-process | rounds | server model s/text ÷ in-process s/text | server ms/request outside the model |");
     println!("|---|---|---|---|---|---|---|");
     let client = EmbedderClient::new(channel);
@@ -153,11 +155,6 @@ async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &s
         println!("| {c} | {rate:.1} | {reference:.1} | {:.2} | {} | {model:.2} | {outside} |", rate / reference, a.rounds);
     }
     Ok(())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 async fn generator(a: &ServeArgs, channel: tonic::transport::Channel) -> Result<()> {
