@@ -12,6 +12,7 @@ use std::{
 use kernels::{danger, Engine, EngineInfo, Masked, Matrix, Precision, Weight, WeightId, WeightLayout};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -221,7 +222,7 @@ impl Pass for PlainPass<'_> {
 
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
         check_heads(heads)?;
-        Ok(heads.iter().map(|h| attention::attend_plain(h, scale, causal)).collect())
+        Ok(attention::attend_all(heads, scale, causal))
     }
 
     fn end(self: Box<Self>) {}
@@ -405,7 +406,6 @@ impl MaskedPass<'_> {
     /// parallel, each drawing its shield rows from its own ChaCha12 stream seeded from the
     /// pass's ChaCha20 (at batched decode the shield draws dominate the TEE's work).
     fn mask_input(&mut self, h: &Matrix) -> Matrix {
-        use rayon::prelude::*;
         let d = h.cols();
         let orders: Vec<usize> = self.masks.iter().map(BlockMask::order).collect();
         let total: usize = orders.iter().sum();
@@ -429,30 +429,54 @@ impl MaskedPass<'_> {
             mask.apply(hb, &shield, d, ub);
             zeroize::Zeroize::zeroize(&mut shield);
         };
-        let jobs = self.masks.iter().zip(parts).zip(seeds);
-        if self.masks.len() > 1 {
-            jobs.par_bridge().for_each(work);
+        let jobs: Vec<_> = self.masks.iter().zip(parts).zip(seeds).collect();
+        if jobs.len() > 1 {
+            jobs.into_par_iter().for_each(work);
         } else {
-            jobs.for_each(work);
+            jobs.into_iter().for_each(work);
         }
         u
     }
 
     /// First `n_i` rows of `A_iᵀ·Z_i` for every sequence: `H·W` without the shield rows.
     /// `z` is what the engine returned (masked); it is read, never transformed in place.
+    /// Sequences are recovered in parallel (a block's own column tiles are too few to keep
+    /// many cores busy: 12 at d = 768).
     fn recover(&self, z: &Matrix) -> Matrix {
         let d = z.cols();
         let rows: usize = self.blocks.iter().sum();
         let mut out = Matrix::zeros(rows, d);
-        let (mut row_in, mut row_out) = (0, 0);
+        let mut jobs = Vec::with_capacity(self.masks.len());
+        let (mut z_rest, mut out_rest) = (z.as_slice(), out.as_mut_slice());
         for (mask, &n) in self.masks.iter().zip(&self.blocks) {
-            let s = mask.order();
-            let zb = &z.as_slice()[row_in * d..(row_in + s) * d];
-            mask.recover(zb, d, n, &mut out.as_mut_slice()[row_out * d..(row_out + n) * d]);
-            row_in += s;
-            row_out += n;
+            let (zb, zr) = z_rest.split_at(mask.order() * d);
+            let (ob, or) = std::mem::take(&mut out_rest).split_at_mut(n * d);
+            jobs.push((mask, zb, n, ob));
+            z_rest = zr;
+            out_rest = or;
         }
+        jobs.into_par_iter().for_each(|(mask, zb, n, ob)| mask.recover(zb, d, n, ob));
         out
+    }
+
+    /// Heads of one key length `len`, by the configured attention levers.
+    fn attend_run(&mut self, heads: &[Head<'_>], len: usize, scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
+        let cfg = self.exec.cfg.attention;
+        let engine = self.exec.engine.as_ref();
+        if causal.is_none() && cfg.permuted_min_len.is_some_and(|m| len >= m) {
+            return attention::permuted_attention(engine, heads, scale, &mut self.rng);
+        }
+        if cfg.out_attn_mult_min_len.is_some_and(|m| len >= m) {
+            return heads
+                .iter()
+                .map(|h| {
+                    let mut s = attention::out_attn_mult(engine, h.q, h.k, &mut self.rng)?;
+                    attention::softmax_masked(&mut s, scale, causal);
+                    Ok(kernels::cpu::matmul(&s, h.v, false))
+                })
+                .collect();
+        }
+        Ok(attention::attend_all(heads, scale, causal))
     }
 
     #[cfg(test)]
@@ -478,8 +502,9 @@ impl Pass for MaskedPass<'_> {
         let u = Masked::from_mixed(self.mask_input(h));
         // 2. The engine multiplies U by each public weight.
         let zs = self.exec.engine.matmul_many(&u, ids)?;
-        // 3. Check each product (when U-Verify is on), then unmask and strip shields.
-        let mut out = Vec::with_capacity(zs.len());
+        // 3. Check each product (when U-Verify is on), then unmask and strip shields (the
+        //    products in parallel).
+        let mut checked = Vec::with_capacity(zs.len());
         for ((z, w), id) in zs.into_iter().zip(&weights).zip(ids) {
             let z = z.into_matrix();
             if z.shape() != (u.rows(), w.dims.d_out) {
@@ -497,31 +522,30 @@ impl Pass for MaskedPass<'_> {
                 self.exec.poison(&v.to_string());
                 return Err(ProtocolError::Integrity(v));
             }
-            out.push(self.recover(&z));
+            checked.push(z);
         }
-        Ok(out)
+        let this = &*self;
+        Ok(checked.par_iter().map(|z| this.recover(z)).collect())
     }
 
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
         check_heads(heads)?;
-        let Some(first) = heads.first() else { return Ok(Vec::new()) };
-        let len = first.k.rows();
         let cfg = self.exec.cfg.attention;
-        let engine = self.exec.engine.as_ref();
-        if causal.is_none() && cfg.permuted_min_len.is_some_and(|m| len >= m) {
-            return attention::permuted_attention(engine, heads, scale, &mut self.rng);
+        if cfg.permuted_min_len.is_none() && cfg.out_attn_mult_min_len.is_none() {
+            return Ok(attention::attend_all(heads, scale, causal));
         }
-        if cfg.out_attn_mult_min_len.is_some_and(|m| len >= m) {
-            return heads
-                .iter()
-                .map(|h| {
-                    let mut s = attention::out_attn_mult(engine, h.q, h.k, &mut self.rng)?;
-                    attention::softmax_masked(&mut s, scale, causal);
-                    Ok(kernels::cpu::matmul(&s, h.v, false))
-                })
-                .collect();
+        // The engine-side levers are chosen by key length: decide per run of heads of one
+        // length (a batch's sequences may differ).
+        let mut out = Vec::with_capacity(heads.len());
+        let mut rest = heads;
+        while let Some(first) = rest.first() {
+            let len = first.k.rows();
+            let run = rest.iter().take_while(|h| h.k.rows() == len).count();
+            let (these, tail) = rest.split_at(run);
+            out.extend(self.attend_run(these, len, scale, causal)?);
+            rest = tail;
         }
-        Ok(heads.iter().map(|h| attention::attend_plain(h, scale, causal)).collect())
+        Ok(out)
     }
 
     fn end(self: Box<Self>) {}

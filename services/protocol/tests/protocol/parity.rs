@@ -109,3 +109,37 @@ fn engine_side_attention_equals_tee_attention() {
         }
     }
 }
+
+/// A batch's heads may have several key lengths (one call for every sequence of a BERT
+/// batch): each head gets the lever its own length selects, and the answers keep the heads'
+/// order.
+#[test]
+fn mixed_length_heads_get_their_own_lever_in_order() {
+    use protocol::{AttentionConfig, MaskedConfig, MaskedExecutor};
+    use std::sync::Arc;
+    let mut r = rng(11);
+    let dh = 8;
+    let lens = [24, 5, 24, 12, 3];
+    let qs: Vec<Matrix> = lens.iter().map(|&n| gaussian(n, dh, &mut r)).collect();
+    let ks: Vec<Matrix> = lens.iter().map(|&n| gaussian(n, dh, &mut r)).collect();
+    let vs: Vec<Matrix> = lens.iter().map(|&n| gaussian(n, dh, &mut r)).collect();
+    let heads: Vec<Head> = (0..lens.len()).map(|i| Head { q: &qs[i], k: &ks[i], v: &vs[i] }).collect();
+    let scale = 1.0 / (dh as f32).sqrt();
+    let total: usize = lens.iter().sum();
+    let want = plain().begin(&[total]).unwrap().attend(&heads, scale, None).unwrap();
+    for attention in [
+        AttentionConfig { out_attn_mult_min_len: Some(10), permuted_min_len: None },
+        AttentionConfig { out_attn_mult_min_len: None, permuted_min_len: Some(16) },
+        AttentionConfig::default(),
+    ] {
+        let cfg = MaskedConfig { attention, ..Default::default() };
+        let exec = MaskedExecutor::new(Arc::new(kernels::CpuEngine::new()), cfg).unwrap();
+        let got = exec.begin(&[total]).unwrap().attend(&heads, scale, None).unwrap();
+        assert_eq!(got.len(), lens.len());
+        for ((g, w), &n) in got.iter().zip(&want).zip(&lens) {
+            assert_eq!(g.shape(), (n, dh), "{attention:?}");
+            let err = g.rel_err(w);
+            assert!(err < 1e-4, "{attention:?} n={n}: {err:e}");
+        }
+    }
+}
