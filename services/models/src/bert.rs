@@ -207,20 +207,23 @@ impl Bert {
         for (m, lin) in qkv.iter_mut().zip(&l.qkv) {
             ops::add_bias(m, &lin.bias);
         }
-        // 2. Bidirectional attention per sequence, in the TEE (or as the executor decides).
+        // 2. Bidirectional attention of every sequence's heads, in one call (the heads of a
+        //    batch run in parallel), in the TEE (or as the executor decides).
         let mut ctx = Matrix::zeros(x.rows(), d);
         let scale = 1.0 / (hd as f32).sqrt();
-        let mut r0 = 0;
-        for &n in lens {
-            let parts: Vec<[Matrix; 3]> = (0..heads)
-                .map(|h| std::array::from_fn(|i| ops::block(&qkv[i], r0, r0 + n, h * hd, hd)))
-                .collect();
-            let hs: Vec<Head> = parts.iter().map(|[q, k, v]| Head { q, k, v }).collect();
-            let outs = pass.attend(&hs, scale, None)?;
-            for (h, o) in outs.iter().enumerate() {
-                ops::put_block(&mut ctx, r0, h * hd, o);
-            }
-            r0 += n;
+        let starts: Vec<usize> = lens.iter().scan(0, |r0, &n| Some(std::mem::replace(r0, *r0 + n))).collect();
+        let parts: Vec<[Matrix; 3]> = starts
+            .iter()
+            .zip(lens)
+            .flat_map(|(&r0, &n)| (0..heads).map(move |h| (r0, n, h)))
+            .map(|(r0, n, h)| std::array::from_fn(|i| ops::block(&qkv[i], r0, r0 + n, h * hd, hd)))
+            .collect();
+        let hs: Vec<Head> = parts.iter().map(|[q, k, v]| Head { q, k, v }).collect();
+        let outs = pass.attend(&hs, scale, None)?;
+        drop(hs);
+        drop(parts);
+        for (i, o) in outs.iter().enumerate() {
+            ops::put_block(&mut ctx, starts[i / heads], (i % heads) * hd, o);
         }
         // 3. Attention output, residual, LayerNorm.
         let mut o = pass.linear(&ctx, &l.attn_out.id)?;
