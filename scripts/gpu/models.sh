@@ -28,10 +28,18 @@ stage() { # name seconds command...
   echo "=== $name rc=${PIPESTATUS[0]} $((SECONDS - t0))s" | tee -a "$out/log.txt"
 }
 
-stage hf_generate 120 python3 scripts/reference/hf_reference.py generate /tmp/tiny \
+# Stages to run (all by default), e.g. STAGES="bert_base qwen3_17b_decode".
+stages=" ${STAGES:-hf bert_base qwen3_06b qwen3_17b_decode} "
+want() { [[ "$stages" == *" $1 "* ]]; }
+
+want hf && stage hf_generate 120 python3 scripts/reference/hf_reference.py generate /tmp/tiny \
   --qwen3-tokenizer .devref/qwen3-tokenizer --bert-tokenizer .devref/minilm
-sha256sum /tmp/tiny/*/model.safetensors | tee "$out/tiny_sha256.txt"
-stage hf_reference 240 python3 scripts/reference/hf_reference.py reference /tmp/tiny "$out"
-stage bert_base 240 "$bin" bench model --arch bert-base --engine vulkan --batch 32 --n 128,256,512 --reps 3
-stage qwen3_06b 300 "$bin" bench model --arch qwen3-0.6b --engine vulkan --batch 32 --n 128,256 --reps 2
-stage qwen3_17b_decode 300 "$bin" bench model --arch qwen3-1.7b --engine vulkan --decode --batch 1,8 --prompt 32 --steps 32 --reps 2
+want hf && sha256sum /tmp/tiny/*/model.safetensors | tee "$out/tiny_sha256.txt"
+want hf && stage hf_reference 240 python3 scripts/reference/hf_reference.py reference /tmp/tiny "$out"
+want bert_base && stage bert_base 240 "$bin" bench model --arch bert-base --engine vulkan --batch 32 --n "${BERT_N:-128,256,512}" --reps 3
+want qwen3_06b && stage qwen3_06b 300 "$bin" bench model --arch qwen3-0.6b --engine vulkan --batch 32 --n 128,256 --reps 2
+want qwen3_17b_decode && stage qwen3_17b_decode 300 "$bin" bench model --arch qwen3-1.7b --engine vulkan --decode --batch 1,8 --prompt 32 --steps 32 --reps 2
+# The embedding cell again with mimalloc keeping freed memory (no purge, large OS pages):
+# how much of the host path is page faults on fresh result buffers.
+want bert_alloc && stage bert_alloc 180 env MIMALLOC_PURGE_DELAY=-1 MIMALLOC_ALLOW_LARGE_OS_PAGES=1 \
+  "$bin" bench model --arch bert-base --engine vulkan --batch 32 --n 256 --reps 3

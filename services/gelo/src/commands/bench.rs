@@ -110,11 +110,14 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median seconds per block of one warm-up and `reps` timed passes.
+/// Median seconds per block of one warm-up and `reps` timed passes, run on rayon's pool as
+/// the models' passes are (`models::on_pool`).
 pub(crate) fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], n: usize, blocks: usize, reps: usize) -> Result<f64> {
     let x = inputs(shape, n);
-    one_pass(exec, shape, ids, &x, n, blocks)?; // warm-up
-    Ok(median((0..reps).map(|_| one_pass(exec, shape, ids, &x, n, blocks)).collect::<Result<Vec<_>>>()?))
+    models::on_pool(|| {
+        one_pass(exec, shape, ids, &x, n, blocks)?; // warm-up
+        Ok(median((0..reps).map(|_| one_pass(exec, shape, ids, &x, n, blocks)).collect::<Result<Vec<_>>>()?))
+    })
 }
 
 /// Times several executors on the same passes in turn (one warm-up each, then `reps`
