@@ -21,6 +21,7 @@ import time
 from importlib.metadata import version
 
 import numpy as np
+import llama_cpp
 from llama_cpp import Llama
 
 
@@ -28,16 +29,23 @@ def prompt_ids(count, vocab, salt=0):
     return [1000 + (i * 7919 + salt * 104_729) % (vocab - 2000) for i in range(count)]
 
 
+def last_logits(llm):
+    """The last evaluated position's logits. (`llm.scores` stays zero when the model is
+    opened with logits_all=False, which keeps prefill from computing every position's.)"""
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
+
 def run_once(llm, prompt, steps):
     llm.reset()
     t = time.perf_counter()
     llm.eval(prompt)
-    nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    nxt = int(np.argmax(last_logits(llm)))
     ttft = time.perf_counter() - t
     t = time.perf_counter()
     for _ in range(steps):
         llm.eval([nxt])
-        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        nxt = int(np.argmax(last_logits(llm)))
     return ttft, steps / (time.perf_counter() - t)
 
 
