@@ -21,9 +21,8 @@ import math
 import os
 import random
 
-import llama_cpp
-import numpy as np
 from llama_cpp import Llama
+from llama_cpp_bench import last_logits
 
 SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
           'Note that the answer can only be "yes" or "no".')
@@ -84,7 +83,7 @@ def main():
             ids = ids[: a.max_len - len(tail)] + tail
         llm.reset()
         llm.eval(ids)
-        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),)).copy()
+        return last_logits(llm).copy()
 
     def lse(v):
         m = max(v)

@@ -212,16 +212,17 @@ impl Bert {
         let mut ctx = Matrix::zeros(x.rows(), d);
         let scale = 1.0 / (hd as f32).sqrt();
         let starts: Vec<usize> = lens.iter().scan(0, |r0, &n| Some(std::mem::replace(r0, *r0 + n))).collect();
-        let parts: Vec<[Matrix; 3]> = starts
-            .iter()
-            .zip(lens)
-            .flat_map(|(&r0, &n)| (0..heads).map(move |h| (r0, n, h)))
-            .map(|(r0, n, h)| std::array::from_fn(|i| ops::block(&qkv[i], r0, r0 + n, h * hd, hd)))
-            .collect();
-        let hs: Vec<Head> = parts.iter().map(|[q, k, v]| Head { q, k, v }).collect();
-        let outs = pass.attend(&hs, scale, None)?;
-        drop(hs);
-        drop(parts);
+        let outs = {
+            // The heads' operand copies live only for the call.
+            let parts: Vec<[Matrix; 3]> = starts
+                .iter()
+                .zip(lens)
+                .flat_map(|(&r0, &n)| (0..heads).map(move |h| (r0, n, h)))
+                .map(|(r0, n, h)| std::array::from_fn(|i| ops::block(&qkv[i], r0, r0 + n, h * hd, hd)))
+                .collect();
+            let hs: Vec<Head> = parts.iter().map(|[q, k, v]| Head { q, k, v }).collect();
+            pass.attend(&hs, scale, None)?
+        };
         for (i, o) in outs.iter().enumerate() {
             ops::put_block(&mut ctx, starts[i / heads], (i % heads) * hd, o);
         }

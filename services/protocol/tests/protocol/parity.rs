@@ -111,10 +111,10 @@ fn engine_side_attention_equals_tee_attention() {
 }
 
 /// A batch's heads may have several key lengths (one call for every sequence of a BERT
-/// batch): each head gets the lever its own length selects, and the answers keep the heads'
-/// order.
+/// batch): under every attention lever, split by length or not, each head's answer has its
+/// own shape and value, in the heads' order.
 #[test]
-fn mixed_length_heads_get_their_own_lever_in_order() {
+fn mixed_length_heads_are_answered_in_order_under_every_lever() {
     use protocol::{AttentionConfig, MaskedConfig, MaskedExecutor};
     use std::sync::Arc;
     let mut r = rng(11);
