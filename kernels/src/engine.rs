@@ -248,6 +248,18 @@ pub trait Engine: Send + Sync {
     /// Row-wise softmax of `scale · x` (every row is independent, so many score matrices
     /// can be stacked into one call).
     fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError>;
+
+    /// A buffer of `len` elements for an operand the caller will fill completely (contents
+    /// unspecified), from the engine's recycled buffers when it keeps any ([`crate::pool`]).
+    fn buffer(&self, len: usize) -> Vec<f32> {
+        vec![0.0; len]
+    }
+
+    /// Hands back the buffer of an operand or result the caller is done with, for reuse
+    /// by later calls. Only masked data (what the engine saw anyway) may be recycled.
+    fn recycle(&self, buf: Vec<f32>) {
+        drop(buf);
+    }
 }
 
 /// Checks shared by engines: non-empty operand with the weight's inner dimension.

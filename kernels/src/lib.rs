@@ -10,6 +10,7 @@ pub mod capture;
 pub mod cpu;
 pub mod engine;
 mod matrix;
+pub mod pool;
 pub mod simd;
 pub mod timing;
 

@@ -66,6 +66,14 @@ impl<E: Engine> Engine for TimedEngine<E> {
     fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
         self.timed(|| self.inner.softmax_rows(x, scale))
     }
+
+    fn buffer(&self, len: usize) -> Vec<f32> {
+        self.inner.buffer(len)
+    }
+
+    fn recycle(&self, buf: Vec<f32>) {
+        self.inner.recycle(buf)
+    }
 }
 
 impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
@@ -95,5 +103,13 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
 
     fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
         (**self).softmax_rows(x, scale)
+    }
+
+    fn buffer(&self, len: usize) -> Vec<f32> {
+        (**self).buffer(len)
+    }
+
+    fn recycle(&self, buf: Vec<f32>) {
+        (**self).recycle(buf)
     }
 }

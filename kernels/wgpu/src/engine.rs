@@ -139,6 +139,8 @@ pub struct WgpuEngine {
     slots: Mutex<Vec<Slot>>,
     timestamps: bool,
     stats: Mutex<CallStats>,
+    /// Recycled host buffers for read-backs and callers' operands (`Engine::buffer`).
+    buffers: kernels::pool::BufferPool,
 }
 
 /// Idle slots kept for reuse; more concurrent callers than this allocate and free theirs.
@@ -327,6 +329,7 @@ impl WgpuEngine {
             slots: Mutex::default(),
             timestamps,
             stats: Mutex::default(),
+            buffers: kernels::pool::BufferPool::default(),
         })
     }
 
@@ -880,8 +883,13 @@ impl WgpuEngine {
             job.outputs
                 .iter()
                 .map(|&(off, rows, cols)| {
-                    let data: Vec<f32> =
-                        bytemuck::pod_collect_to_vec(&view[off * 4..(off + rows * cols) * 4]);
+                    // Into a recycled buffer when one is pooled (results are masked data).
+                    let bytes = &view[off * 4..(off + rows * cols) * 4];
+                    let mut data = self.buffers.take(rows * cols);
+                    match bytemuck::try_cast_slice::<u8, f32>(bytes) {
+                        Ok(src) => data.copy_from_slice(src),
+                        Err(_) => bytemuck::cast_slice_mut::<f32, u8>(&mut data).copy_from_slice(bytes),
+                    }
                     Matrix::from_vec(rows, cols, data).expect("output sized to its shape")
                 })
                 .collect::<Vec<_>>()
@@ -1137,6 +1145,14 @@ fn compile(
 }
 
 impl Engine for WgpuEngine {
+    fn buffer(&self, len: usize) -> Vec<f32> {
+        self.buffers.take(len)
+    }
+
+    fn recycle(&self, buf: Vec<f32>) {
+        self.buffers.give(buf)
+    }
+
     fn info(&self) -> EngineInfo {
         EngineInfo {
             kind: "vulkan".into(),

@@ -19,7 +19,7 @@ pub mod verify;
 pub use error::ProtocolError;
 pub use executor::{
     AttentionConfig, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass,
-    PlaintextExecutor, Scheme,
+    PlaintextExecutor, ProtocolSeconds, Scheme,
 };
 pub use kernels::{Matrix, Weight, WeightData, WeightId, WeightLayout};
 pub use mask::MaskKind;

@@ -13,7 +13,7 @@ use models::{
     random::{self, Arch},
     sampler::argmax,
 };
-use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
+use protocol::{Executor, ProtocolSeconds, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
 
 #[derive(clap::Args)]
 pub struct ModelArgs {
@@ -54,19 +54,62 @@ pub struct ModelArgs {
 struct Side {
     timed: Arc<TimedEngine<Arc<dyn Engine>>>,
     exec: Arc<dyn Executor>,
+    masked: Option<Arc<MaskedExecutor>>,
 }
+
+/// Where one timed run's seconds went.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    secs: f64,
+    engine: f64,
+    /// Masked side only: shield rows and mask application, then check and recovery.
+    mask: f64,
+    recover: f64,
+}
+
+struct Mark(Instant, f64, ProtocolSeconds);
+
+impl Side {
+    fn protocol(&self) -> ProtocolSeconds {
+        self.masked.as_ref().map(|m| m.protocol_seconds()).unwrap_or_default()
+    }
+
+    fn mark(&self) -> Mark {
+        Mark(Instant::now(), self.timed.seconds(), self.protocol())
+    }
+
+    fn since(&self, m: &Mark) -> Sample {
+        let p = self.protocol();
+        Sample { secs: m.0.elapsed().as_secs_f64(), engine: self.timed.seconds() - m.1, mask: p.mask - m.2.mask, recover: p.recover - m.2.recover }
+    }
+}
+
+/// The shares of the masked time that the table prints after the rates.
+fn shares(plain: &[Sample], masked: &[Sample]) -> String {
+    let share = |v: &[Sample], f: fn(&Sample) -> f64| 100.0 * median(v.iter().map(|s| f(s) / s.secs).collect());
+    format!(
+        "{:.0}% | {:.0}% | {:.0}% | {:.0}%",
+        share(plain, |s| s.engine),
+        share(masked, |s| s.engine),
+        share(masked, |s| s.mask),
+        share(masked, |s| s.recover)
+    )
+}
+
+const SHARE_HEADER: &str = "plain engine share | masked engine share | masked mask share | masked recover share |";
+const SHARE_RULE: &str = "---|---|---|---|";
 
 fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
     let make = |masked: bool| -> Result<Side> {
         let timed = Arc::new(TimedEngine::new(kernels_wgpu::open_engine(&a.engine)?));
         let engine: Arc<dyn Engine> = timed.clone();
-        let exec: Arc<dyn Executor> = if masked {
+        if masked {
             let verify = (a.verify_probes > 0).then_some(UVerifyConfig { probes: a.verify_probes, range: 3 });
-            Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask: a.mask, verify, ..Default::default() })?)
+            let m = Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask: a.mask, verify, ..Default::default() })?);
+            Ok(Side { timed, exec: m.clone(), masked: Some(m) })
         } else {
-            Arc::new(PlaintextExecutor::new(engine))
-        };
-        Ok(Side { timed, exec })
+            Ok(Side { timed, exec: Arc::new(PlaintextExecutor::new(engine)), masked: None })
+        }
     };
     Ok((make(false)?, make(true)?))
 }
@@ -95,20 +138,20 @@ pub fn run(a: ModelArgs) -> Result<()> {
             let mp = random::bert(cfg.clone(), plain.exec.clone(), 1)?;
             let mm = random::bert(cfg, masked.exec.clone(), 1)?;
             eprintln!("provisioned in {:.1}s", t.elapsed().as_secs_f64());
-            println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | masked engine share |");
-            println!("|---|---|---|---|---|---|");
+            println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | {SHARE_HEADER}");
+            println!("|---|---|---|---|---|{SHARE_RULE}");
             for &b in &a.batch {
                 for &n in &a.n {
                     let seqs: Vec<Encoded> = (0..b).map(|i| {
                         let ids = tokens(n, vocab, i);
                         Encoded { types: vec![0; ids.len()], ids }
                     }).collect();
-                    let run = |m: &models::bert::Bert, side: &Side| -> Result<(f64, f64)> {
-                        let (t, e0) = (Instant::now(), side.timed.seconds());
+                    let run = |m: &models::bert::Bert, side: &Side| -> Result<Sample> {
+                        let mark = side.mark();
                         m.forward(&seqs)?;
-                        Ok((t.elapsed().as_secs_f64(), side.timed.seconds() - e0))
+                        Ok(side.since(&mark))
                     };
-                    cells(&a, &a.arch, b, n, || run(&mp, &plain), || run(&mm, &masked))?;
+                    cells(&a, &masked, &a.arch, b, n, || run(&mp, &plain), || run(&mm, &masked))?;
                 }
             }
         }
@@ -120,20 +163,20 @@ pub fn run(a: ModelArgs) -> Result<()> {
             if a.decode {
                 decode_table(&a, &a.arch, &dp, &dm, &plain, &masked)?;
             } else {
-                println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | masked engine share |");
-                println!("|---|---|---|---|---|---|");
+                println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | {SHARE_HEADER}");
+                println!("|---|---|---|---|---|{SHARE_RULE}");
                 for &b in &a.batch {
                     for &n in &a.n {
                         let toks: Vec<Vec<u32>> = (0..b).map(|i| tokens(n, vocab, i)).collect();
-                        let run = |d: &models::decoder::Decoder, side: &Side| -> Result<(f64, f64)> {
+                        let run = |d: &models::decoder::Decoder, side: &Side| -> Result<Sample> {
                             let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
                             let mut refs: Vec<_> = caches.iter_mut().collect();
                             let slices: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
-                            let (t, e0) = (Instant::now(), side.timed.seconds());
+                            let mark = side.mark();
                             d.forward(&mut refs, &slices)?;
-                            Ok((t.elapsed().as_secs_f64(), side.timed.seconds() - e0))
+                            Ok(side.since(&mark))
                         };
-                        cells(&a, &a.arch, b, n, || run(&dp, &plain), || run(&dm, &masked))?;
+                        cells(&a, &masked, &a.arch, b, n, || run(&dp, &plain), || run(&dm, &masked))?;
                     }
                 }
             }
@@ -143,37 +186,34 @@ pub fn run(a: ModelArgs) -> Result<()> {
 }
 
 /// Times plain and masked alternately and prints one row.
+#[allow(clippy::too_many_arguments)]
 fn cells(
     a: &ModelArgs,
+    side: &Side,
     name: &str,
     b: usize,
     n: usize,
-    mut plain: impl FnMut() -> Result<(f64, f64)>,
-    mut masked: impl FnMut() -> Result<(f64, f64)>,
+    mut plain: impl FnMut() -> Result<Sample>,
+    mut masked: impl FnMut() -> Result<Sample>,
 ) -> Result<()> {
     plain()?;
     masked()?;
-    let (mut tp, mut tm, mut share) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..a.reps {
-        tp.push(plain()?.0);
-        let (t, e) = masked()?;
-        tm.push(t);
-        share.push(e / t);
+    if let Some(m) = &side.masked {
+        eprintln!("{name} {b} × {n}: mask family {:?} ({:?} requested; cost model {:?})", m.family_for(n), a.mask, protocol::mask::CostModel::measured());
     }
-    let (tp, tm) = (median(tp), median(tm));
-    println!(
-        "| {name} | {b} × {n} | {:.1} | {:.1} | {:.3} | {:.0}% |",
-        b as f64 / tp,
-        b as f64 / tm,
-        tm / tp,
-        100.0 * median(share)
-    );
+    let (mut sp, mut sm) = (Vec::new(), Vec::new());
+    for _ in 0..a.reps {
+        sp.push(plain()?);
+        sm.push(masked()?);
+    }
+    let (tp, tm) = (median(sp.iter().map(|s| s.secs).collect()), median(sm.iter().map(|s| s.secs).collect()));
+    println!("| {name} | {b} × {n} | {:.1} | {:.1} | {:.3} | {} |", b as f64 / tp, b as f64 / tm, tm / tp, shares(&sp, &sm));
     Ok(())
 }
 
-/// Prefill `b` prompts, then `steps` greedy decode steps; returns (decode seconds, TTFT
-/// seconds, engine share of the decode).
-fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, steps: usize, vocab: usize) -> Result<(f64, f64, f64)> {
+/// Prefill `b` prompts, then `steps` greedy decode steps; returns where the decode's
+/// seconds went, and the time to first token.
+fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, steps: usize, vocab: usize) -> Result<(Sample, f64)> {
     let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
     let toks: Vec<Vec<u32>> = (0..b).map(|i| tokens(prompt, vocab, i)).collect();
     let t = Instant::now();
@@ -185,7 +225,7 @@ fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, st
     let logits = d.logits(&last)?;
     let mut next: Vec<u32> = (0..b).map(|r| argmax(logits.row(r))).collect();
     let ttft = t.elapsed().as_secs_f64();
-    let (t, e0) = (Instant::now(), side.timed.seconds());
+    let mark = side.mark();
     for _ in 0..steps {
         let mut refs: Vec<_> = caches.iter_mut().collect();
         let feed: Vec<[u32; 1]> = next.iter().map(|&x| [x]).collect();
@@ -194,8 +234,7 @@ fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, st
         let logits = d.logits(&last)?;
         next = (0..b).map(|r| argmax(logits.row(r))).collect();
     }
-    let secs = t.elapsed().as_secs_f64();
-    Ok((secs, ttft, (side.timed.seconds() - e0) / secs))
+    Ok((side.since(&mark), ttft))
 }
 
 /// A text of well over `n` tokens for any tokenizer (the embedder cuts it to `n`), distinct
@@ -216,8 +255,8 @@ fn real_model(a: &ModelArgs, path: &std::path::Path) -> Result<()> {
     let name = path.file_name().map_or_else(|| "model".into(), |f| f.to_string_lossy().into_owned());
     match files.kind {
         models::Kind::Bert { .. } => {
-            println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | masked engine share |");
-            println!("|---|---|---|---|---|---|");
+            println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | {SHARE_HEADER}");
+            println!("|---|---|---|---|---|{SHARE_RULE}");
             for &n in &a.n {
                 let opts = models::LoadOptions { max_seq_length: Some(n), ..Default::default() };
                 let ep = models::load_embedder(path, plain.exec.clone(), &opts)?;
@@ -225,12 +264,12 @@ fn real_model(a: &ModelArgs, path: &std::path::Path) -> Result<()> {
                 for &b in &a.batch {
                     let texts: Vec<String> = (0..b).map(|i| long_text(i, n)).collect();
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                    let run = |e: &dyn models::Embedder, side: &Side| -> Result<(f64, f64)> {
-                        let (t, e0) = (Instant::now(), side.timed.seconds());
+                    let run = |e: &dyn models::Embedder, side: &Side| -> Result<Sample> {
+                        let mark = side.mark();
                         e.embed(&refs)?;
-                        Ok((t.elapsed().as_secs_f64(), side.timed.seconds() - e0))
+                        Ok(side.since(&mark))
                     };
-                    cells(a, &name, b, n, || run(ep.as_ref(), &plain), || run(em.as_ref(), &masked))?;
+                    cells(a, &masked, &name, b, n, || run(ep.as_ref(), &plain), || run(em.as_ref(), &masked))?;
                 }
             }
         }
@@ -253,30 +292,32 @@ fn decode_table(
     masked: &Side,
 ) -> Result<()> {
     let vocab = dp.cfg.vocab_size;
-    println!("| model | batch | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | masked engine share |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| model | batch | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | {SHARE_HEADER}");
+    println!("|---|---|---|---|---|---|---|---|{SHARE_RULE}");
     for &b in &a.batch {
         // One untimed pass of each side first (allocations, thread pools, caches).
         decode(dp, plain, b, a.prompt, 2, vocab)?;
         decode(dm, masked, b, a.prompt, 2, vocab)?;
-        let mut rows: Vec<(f64, f64, f64, f64, f64)> = Vec::new();
+        let (mut sp, mut sm, mut ttp, mut ttm) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..a.reps {
-            let (tp, ttp, _) = decode(dp, plain, b, a.prompt, a.steps, vocab)?;
-            let (tm, ttm, share) = decode(dm, masked, b, a.prompt, a.steps, vocab)?;
-            rows.push((tp, tm, ttp, ttm, share));
+            let (s, t) = decode(dp, plain, b, a.prompt, a.steps, vocab)?;
+            sp.push(s);
+            ttp.push(t);
+            let (s, t) = decode(dm, masked, b, a.prompt, a.steps, vocab)?;
+            sm.push(s);
+            ttm.push(t);
         }
-        let col = |f: fn(&(f64, f64, f64, f64, f64)) -> f64| median(rows.iter().map(f).collect());
-        let (tp, tm) = (col(|r| r.0), col(|r| r.1));
+        let (tp, tm) = (median(sp.iter().map(|s| s.secs).collect()), median(sm.iter().map(|s| s.secs).collect()));
         let toks = (b * a.steps) as f64;
         println!(
-            "| {name} | {b} | {} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {:.0}% |",
+            "| {name} | {b} | {} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {} |",
             a.prompt,
             toks / tp,
             toks / tm,
             tm / tp,
-            col(|r| r.2),
-            col(|r| r.3),
-            100.0 * col(|r| r.4)
+            median(ttp),
+            median(ttm),
+            shares(&sp, &sm)
         );
     }
     Ok(())

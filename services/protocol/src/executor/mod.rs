@@ -255,6 +255,24 @@ pub struct MaskedExecutor {
     integrity: Integrity,
     /// Engine throughput (flop/s) for the Auto cost model, measured on first use.
     engine_rate: OnceLock<f64>,
+    times: TeeTimes,
+}
+
+/// Cumulative TEE time of a masked executor's protocol work, for benchmarks: where a masked
+/// pass's time goes beside the engine calls and the model's own (shared) work.
+#[derive(Default)]
+struct TeeTimes {
+    mask_ns: AtomicU64,
+    recover_ns: AtomicU64,
+}
+
+/// Seconds a masked executor has spent since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProtocolSeconds {
+    /// Drawing shield rows and applying masks to linear inputs.
+    pub mask: f64,
+    /// Checking (U-Verify) and unmasking the engine's products, stripping shield rows.
+    pub recover: f64,
 }
 
 impl MaskedExecutor {
@@ -276,11 +294,23 @@ impl MaskedExecutor {
             weights: RwLock::default(),
             integrity: Integrity::default(),
             engine_rate: OnceLock::new(),
+            times: TeeTimes::default(),
         })
     }
 
     pub fn config(&self) -> &MaskedConfig {
         &self.cfg
+    }
+
+    /// The mask family a sequence of `n` rows gets (`Auto` resolved by the cost model).
+    pub fn family_for(&self, n: usize) -> Family {
+        self.family(n)
+    }
+
+    /// Time spent so far in the protocol's own TEE work (masks and recovery).
+    pub fn protocol_seconds(&self) -> ProtocolSeconds {
+        let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
+        ProtocolSeconds { mask: s(&self.times.mask_ns), recover: s(&self.times.recover_ns) }
     }
 
     fn get(&self, id: &WeightId) -> Result<Arc<Provisioned>> {
@@ -409,7 +439,8 @@ impl MaskedPass<'_> {
         let d = h.cols();
         let orders: Vec<usize> = self.masks.iter().map(BlockMask::order).collect();
         let total: usize = orders.iter().sum();
-        let mut u = Matrix::zeros(total, d);
+        // Every element of U is written below (A·[H; S] fills all `total` rows).
+        let mut u = Matrix::from_vec(total, d, self.exec.engine.buffer(total * d)).expect("sized to its shape");
         let seeds: Vec<[u8; 32]> = self.masks.iter().map(|_| rand::RngExt::random(&mut self.rng)).collect();
         // Split the input and the operand into per-sequence row ranges.
         let mut parts = Vec::with_capacity(self.masks.len());
@@ -499,9 +530,12 @@ impl Pass for MaskedPass<'_> {
             return Ok(Vec::new());
         }
         // 1. Mask: the only thing that leaves the TEE is U.
+        let t = Instant::now();
         let u = Masked::from_mixed(self.mask_input(h));
+        self.exec.times.mask_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         // 2. The engine multiplies U by each public weight.
         let zs = self.exec.engine.matmul_many(&u, ids)?;
+        let t = Instant::now();
         // 3. Check each product (when U-Verify is on), then unmask and strip shields (the
         //    products in parallel).
         let mut checked = Vec::with_capacity(zs.len());
@@ -524,8 +558,13 @@ impl Pass for MaskedPass<'_> {
             }
             checked.push(z);
         }
+        // U and the products are masked data: their buffers go back to the pool.
+        self.exec.engine.recycle(u.into_matrix().into_vec());
         let this = &*self;
-        Ok(checked.par_iter().map(|z| this.recover(z)).collect())
+        let out = checked.par_iter().map(|z| this.recover(z)).collect();
+        checked.into_iter().for_each(|z| self.exec.engine.recycle(z.into_vec()));
+        self.exec.times.recover_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(out)
     }
 
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
