@@ -37,21 +37,12 @@ impl BufferPool {
         BufferPool { bufs: Mutex::new(Vec::new()), max_bytes }
     }
 
-    /// A buffer of exactly `len` elements, recycled when one large enough is pooled. Its
-    /// contents are unspecified: overwrite every element before reading any.
+    /// A buffer of exactly `len` elements, recycled when one large enough is pooled (the
+    /// smallest that fits). Its contents are unspecified: overwrite every element before
+    /// reading any.
     pub fn take(&self, len: usize) -> Vec<f32> {
         if len >= MIN_ELEMS {
-            let mut pool = self.bufs.lock().expect("buffer pool poisoned");
-            // Best fit: the smallest pooled buffer that holds `len`.
-            let best = pool
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| b.capacity() >= len)
-                .min_by_key(|(_, b)| b.capacity())
-                .map(|(i, _)| i);
-            if let Some(i) = best {
-                let mut v = pool.swap_remove(i);
-                drop(pool);
+            if let Some(mut v) = self.best_fit(len) {
                 if v.len() >= len {
                     v.truncate(len);
                 } else {
@@ -61,6 +52,29 @@ impl BufferPool {
             }
         }
         vec![0.0; len]
+    }
+
+    /// An empty buffer with room for `len` elements (recycled when one large enough is
+    /// pooled), for callers that append their data: nothing is zeroed first.
+    pub fn take_empty(&self, len: usize) -> Vec<f32> {
+        if len >= MIN_ELEMS {
+            if let Some(mut v) = self.best_fit(len) {
+                v.clear();
+                return v;
+            }
+        }
+        Vec::with_capacity(len)
+    }
+
+    fn best_fit(&self, len: usize) -> Option<Vec<f32>> {
+        let mut pool = self.bufs.lock().expect("buffer pool poisoned");
+        let i = pool
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i)?;
+        Some(pool.swap_remove(i))
     }
 
     /// Returns a buffer for reuse. Only for non-secret contents (masked operands, engine
@@ -118,6 +132,10 @@ mod tests {
         // The bound: 4 + 8 units fit under 10 only by dropping the smaller for the larger.
         pool.give(fresh);
         assert_eq!(pool.held_bytes(), MIN_ELEMS * 8 * 4);
+        // An empty buffer for appending reuses the pooled one without zeroing it.
+        let empty = pool.take_empty(MIN_ELEMS * 6);
+        assert!(empty.is_empty() && empty.capacity() >= MIN_ELEMS * 6);
+        pool.give(empty);
         // Small buffers are never pooled.
         pool.give(vec![0.0; 16]);
         assert_eq!(pool.held_bytes(), MIN_ELEMS * 8 * 4);
