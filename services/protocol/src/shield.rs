@@ -9,8 +9,8 @@ use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha12Rng;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
-use zeroize::Zeroize;
 use serde::{Deserialize, Serialize};
+use zeroize::Zeroize;
 
 /// How many shield rows, and how loud.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -39,7 +39,7 @@ impl ShieldConfig {
 ///
 /// Every piece of a row is drawn from its own ChaCha12 stream keyed from `rng`, so the draws
 /// run in parallel: at decode a linear's input is one real row under `k` shield rows, and
-/// drawing those `k·d` Gaussians on one core was a fifth of a masked Qwen3-1.7B decode step.
+/// drawing those `k·d` Gaussians on one core was a quarter of a masked Qwen3-1.7B decode step.
 pub fn fill(out: &mut [f32], h: &[f32], d: usize, energy: f32, rng: &mut impl Rng) {
     if out.is_empty() {
         return;

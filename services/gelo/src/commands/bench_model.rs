@@ -84,7 +84,8 @@ impl Side {
     }
 }
 
-/// The shares of the masked time that the table prints after the rates.
+/// The time shares the table prints after the rates: each side's engine share, then the
+/// masked pass's mask and recover shares.
 fn shares(plain: &[Sample], masked: &[Sample]) -> String {
     let share = |v: &[Sample], f: fn(&Sample) -> f64| 100.0 * median(v.iter().map(|s| f(s) / s.secs).collect());
     format!(
@@ -189,7 +190,7 @@ pub fn run(a: ModelArgs) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 fn cells(
     a: &ModelArgs,
-    side: &Side,
+    masked_side: &Side,
     name: &str,
     b: usize,
     n: usize,
@@ -198,7 +199,7 @@ fn cells(
 ) -> Result<()> {
     plain()?;
     masked()?;
-    if let Some(m) = &side.masked {
+    if let Some(m) = &masked_side.masked {
         eprintln!("{name} {b} × {n}: mask family {:?} ({:?} requested; cost model {:?})", m.family_for(n), a.mask, protocol::mask::CostModel::measured());
     }
     let (mut sp, mut sm) = (Vec::new(), Vec::new());
