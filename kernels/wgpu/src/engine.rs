@@ -147,6 +147,10 @@ pub struct WgpuEngine {
 const MAX_IDLE_SLOTS: usize = 16;
 /// Smallest slot buffer, so that small calls of different sizes share one.
 const MIN_SLOT_BYTES: u64 = 1 << 16;
+/// GPU time an autotuning trial aims for, repeating a fast plan's kernels to get there.
+const TRIAL_NS: u64 = 1_000_000;
+/// At most this many repeats per trial (the shortest kernels take a few microseconds).
+const TRIAL_MAX_REPEAT: u64 = 32;
 
 /// The buffers of one in-flight call.
 struct Slot {
@@ -209,6 +213,10 @@ struct Job<'a> {
     out_len: usize,
     /// Elements of split-K partials after the results, never read back.
     scratch_len: usize,
+    /// Times the dispatches run back to back in the one pass (1 for a call; more only to
+    /// time kernels on a busy device: every dispatch overwrites what it writes, so the
+    /// results are those of one run).
+    repeat: u32,
 }
 
 fn to_u32(op: &'static str, v: usize) -> Result<u32, EngineError> {
@@ -469,22 +477,17 @@ impl WgpuEngine {
         }
         let mut best: Option<(u64, Plan)> = None;
         for tile in candidates {
+            // The first run compiles the pipeline and warms caches; the next two are timed,
+            // each repeating the kernels back to back for about `TRIAL_NS` so that a plan is
+            // measured on a busy device, as it runs inside a model's stream of calls, and
+            // not at the clocks of an idle one.
+            let first = self.timed_run(trial(tile)?)?;
+            let repeat = (TRIAL_NS / first.max(1)).clamp(1, TRIAL_MAX_REPEAT) as u32;
             let mut fastest = u64::MAX;
-            // The first run compiles the pipeline and warms caches; the next two are timed.
-            for run in 0..3 {
-                let before = self.stats();
-                let t = Instant::now();
-                self.execute(trial(tile)?)?;
-                let wall = t.elapsed().as_nanos() as u64;
-                let after = self.stats();
-                let ns = if after.gpu_timed_calls > before.gpu_timed_calls {
-                    after.gpu_ns - before.gpu_ns
-                } else {
-                    wall
-                };
-                if run > 0 {
-                    fastest = fastest.min(ns);
-                }
+            for _ in 0..2 {
+                let mut job = trial(tile)?;
+                job.repeat = repeat;
+                fastest = fastest.min(self.timed_run(job)? / u64::from(repeat));
             }
             if best.is_none_or(|(b, _)| fastest < b) {
                 best = Some((fastest, tile));
@@ -499,6 +502,48 @@ impl WgpuEngine {
             .expect("tune table poisoned")
             .insert(key, plan);
         Ok(plan)
+    }
+
+    /// Runs `job` once: its GPU time (all repeats) where the device has timestamps, else
+    /// the call's wall time.
+    fn timed_run(&self, job: Job<'_>) -> Result<u64, EngineError> {
+        let before = self.stats();
+        let t = Instant::now();
+        self.execute(job)?;
+        let wall = t.elapsed().as_nanos() as u64;
+        let after = self.stats();
+        Ok(if after.gpu_timed_calls > before.gpu_timed_calls {
+            after.gpu_ns - before.gpu_ns
+        } else {
+            wall
+        })
+    }
+
+    /// Kernel time of one product `x · W[id]` with the plan a call would use, measured as
+    /// `repeat` back-to-back runs of its kernels in one submission and divided by `repeat`:
+    /// the device busy, as a peer's kernel timing (CUDA events around launches in a tight
+    /// loop) measures it, and without the upload and read-back that separate a call's
+    /// kernels. Returns the product (that of one run: the kernels overwrite what they write)
+    /// and the seconds, `None` on a device without GPU timestamps.
+    pub fn steady_kernel_seconds(
+        &self,
+        x: &Masked,
+        id: &WeightId,
+        repeat: u32,
+    ) -> Result<(Masked, Option<f64>), EngineError> {
+        let w = self.weight(id)?;
+        check_operand("matmul", x, w.d_in)?;
+        let ws = [w];
+        let plans = self.many_plans(x, &ws)?;
+        let mut job = self.many_job(x, &ws, &plans)?;
+        let repeat = repeat.max(1);
+        job.repeat = repeat;
+        let before = self.stats();
+        let mut out = self.execute(job)?;
+        let after = self.stats();
+        let secs = (after.gpu_timed_calls > before.gpu_timed_calls)
+            .then(|| (after.gpu_ns - before.gpu_ns) as f64 * 1e-9 / f64::from(repeat));
+        Ok((Masked::from_mixed(out.pop().expect("one product")), secs))
     }
 
     /// Summed call timings since the last reset.
@@ -828,10 +873,12 @@ impl WgpuEngine {
                         }
                     }),
                 });
-                for (i, (d, g)) in job.dispatches.iter().zip(&groups).enumerate() {
-                    pass.set_pipeline(&d.pipeline);
-                    pass.set_bind_group(0, g, &[(params_base + i as u64 * PARAMS_BYTES) as u32]);
-                    pass.dispatch_workgroups(d.groups.0, d.groups.1, d.groups.2);
+                for _ in 0..job.repeat.max(1) {
+                    for (i, (d, g)) in job.dispatches.iter().zip(&groups).enumerate() {
+                        pass.set_pipeline(&d.pipeline);
+                        pass.set_bind_group(0, g, &[(params_base + i as u64 * PARAMS_BYTES) as u32]);
+                        pass.dispatch_workgroups(d.groups.0, d.groups.1, d.groups.2);
+                    }
                 }
             }
             enc.copy_buffer_to_buffer(&slot.output, 0, &slot.down, 0, out_bytes);
@@ -976,6 +1023,7 @@ impl WgpuEngine {
             outputs: Vec::new(),
             out_len: 0,
             scratch_len: 0,
+            repeat: 1,
         };
         // Operands: every `a`, then every `b`; results consecutive.
         let a_offs: Vec<usize> = shapes
@@ -1066,6 +1114,26 @@ impl WgpuEngine {
 
 impl WgpuEngine {
     /// The job of `x · W` for every weight, `tiles[i]` for the i-th.
+    /// The plan of each product of `x` by `ws` (tuning classes seen for the first time).
+    fn many_plans(&self, x: &Masked, ws: &[Arc<GpuWeight>]) -> Result<Vec<Plan>, EngineError> {
+        let (m, k) = (x.rows(), x.cols());
+        ws.iter()
+            .map(|w| {
+                let key = TuneKey {
+                    rows: m.next_power_of_two(),
+                    n: w.d_out,
+                    k,
+                    out_in: w.layout == WeightLayout::OutIn,
+                    wtype: w.wtype,
+                    batch: 1,
+                };
+                self.choose_plan(key, m, true, |p| {
+                    self.many_job(x, std::slice::from_ref(w), &[p])
+                })
+            })
+            .collect()
+    }
+
     fn many_job<'a>(
         &self,
         x: &'a Masked,
@@ -1082,6 +1150,7 @@ impl WgpuEngine {
             outputs: Vec::new(),
             out_len: 0,
             scratch_len: 0,
+            repeat: 1,
         };
         let x_off = 0;
         // Every result's place first: split products put their scratch after all of them.
@@ -1269,23 +1338,7 @@ impl Engine for WgpuEngine {
         if ws.is_empty() {
             return Ok(Vec::new());
         }
-        let (m, k) = (x.rows(), x.cols());
-        let plans = ws
-            .iter()
-            .map(|w| {
-                let key = TuneKey {
-                    rows: m.next_power_of_two(),
-                    n: w.d_out,
-                    k,
-                    out_in: w.layout == WeightLayout::OutIn,
-                    wtype: w.wtype,
-                    batch: 1,
-                };
-                self.choose_plan(key, m, true, |p| {
-                    self.many_job(x, std::slice::from_ref(w), &[p])
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let plans = self.many_plans(x, &ws)?;
         let job = self.many_job(x, &ws, &plans)?;
         Ok(self
             .execute(job)?
@@ -1359,6 +1412,7 @@ impl Engine for WgpuEngine {
             outputs: vec![(0, rows, cols)],
             out_len: rows * cols,
             scratch_len: 0,
+            repeat: 1,
         };
         let mut out = self.execute(job)?;
         Ok(Masked::from_mixed(out.pop().expect("one output")))

@@ -236,6 +236,36 @@ fn split_k_plans_sum_their_slices() {
 }
 
 #[test]
+fn steady_kernel_runs_repeat_the_product_without_changing_it() {
+    // Repeating a call's kernels in one submission (how plans are timed on a busy device)
+    // must leave the product of one run: split plans re-sum fresh partials each time.
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
+    let cpu = CpuEngine::new();
+    let w = weight(256, 50, WeightLayout::OutIn, 21);
+    gpu.register(id("steady.w"), w.clone()).unwrap();
+    cpu.register(id("steady.w"), w.clone()).unwrap();
+    let x = random(3, 256, 22);
+    let want = cpu.matmul(&plain(&x), &id("steady.w")).unwrap().into_matrix();
+    let tile = *gpu.tiles().last().unwrap();
+    for splits in [1, 4] {
+        gpu.pin(Some(Plan { tile, splits })).unwrap();
+        let (got, secs) = gpu.steady_kernel_seconds(&plain(&x), &id("steady.w"), 5).unwrap();
+        assert_product(&format!("steady k/{splits}"), got.matrix(), &want, &x, &dense(&w));
+        if gpu.has_gpu_timestamps() {
+            let s = secs.expect("timed where the device has timestamps");
+            assert!(s > 0.0 && s < 1.0, "seconds per run {s}");
+        } else {
+            assert!(secs.is_none());
+        }
+    }
+    let bad = random(3, 255, 23);
+    assert!(matches!(
+        gpu.steady_kernel_seconds(&plain(&bad), &id("steady.w"), 2),
+        Err(EngineError::Shape { .. })
+    ));
+}
+
+#[test]
 fn f16_storage_is_within_1e3_relative() {
     let gpu = WgpuEngine::open(
         "vulkan",

@@ -20,7 +20,7 @@
 use std::{fs::File, io::Write, path::PathBuf, sync::Arc, time::Instant};
 
 use anyhow::{Context, Result};
-use kernels::{Engine, Matrix, Precision, Weight, WeightData, WeightId, WeightLayout, danger};
+use kernels::{Engine, Masked, Matrix, Precision, Weight, WeightData, WeightId, WeightLayout, danger};
 use kernels_wgpu::{CallStats, Plan, WgpuConfig, WgpuEngine};
 use protocol::{MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor};
 use serde_json::{Value, json};
@@ -168,6 +168,24 @@ struct Timing {
     readback: f64,
 }
 
+/// Steady-state kernel time of `x · W[id]` (median of five submissions, each repeating the
+/// kernels for about 5 ms of GPU time; `per_call` is one run's kernel time, to size them).
+/// NaN without GPU timestamps.
+fn steady_seconds(engine: &WgpuEngine, x: &Masked, id: &WeightId, per_call: f64) -> Result<f64> {
+    if !per_call.is_finite() {
+        return Ok(f64::NAN);
+    }
+    let repeat = (5e-3 / per_call.max(1e-7)).clamp(3.0, 64.0) as u32;
+    let mut runs = Vec::with_capacity(5);
+    for _ in 0..5 {
+        match engine.steady_kernel_seconds(x, id, repeat)?.1 {
+            Some(s) => runs.push(s),
+            None => return Ok(f64::NAN),
+        }
+    }
+    Ok(median(&mut runs))
+}
+
 /// Times `call` `reps` times after one warm-up.
 fn time_calls(
     engine: &WgpuEngine,
@@ -279,9 +297,9 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
     );
     println!("Every cell is checked: `rel err` compares the first rows with the CPU engine.\n");
     println!(
-        "| model | linear | k×n | m | weights | plan | GPU µs | TFLOP/s (GPU) | call µs | TFLOP/s (call) | rel err |"
+        "| model | linear | k×n | m | weights | plan | GPU µs | TFLOP/s (GPU) | steady GPU µs | TFLOP/s (steady) | call µs | TFLOP/s (call) | rel err |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut worst = 0.0f64;
     for model in &a.models {
         for (name, k, n) in linears(model)? {
@@ -334,12 +352,15 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
                         let err = got.rel_err(&reference);
                         worst = worst.max(err);
                         let (g, w) = (tm.gpu, tm.wall);
+                        let steady = steady_seconds(engine, &x, &id, g)?;
                         let flop = 2.0 * (m * k * n) as f64;
                         println!(
-                            "| {model} | {name} | {k}×{n} | {m} | {storage} | {} | {:.1} | {:.2} | {:.1} | {:.2} | {err:.1e} |",
+                            "| {model} | {name} | {k}×{n} | {m} | {storage} | {} | {:.1} | {:.2} | {:.1} | {:.2} | {:.1} | {:.2} | {err:.1e} |",
                             plan.name(),
                             g * 1e6,
                             flop / g * 1e-12,
+                            steady * 1e6,
+                            flop / steady * 1e-12,
                             w * 1e6,
                             flop / w * 1e-12
                         );
@@ -347,6 +368,7 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
                             "m": m, "k": k, "n": n, "weights": storage, "tile": plan.name(),
                             "gpu_s": g, "gpu_min_s": tm.gpu_min, "gpu_max_s": tm.gpu_max, "call_s": w,
                             "host_s": tm.host, "wait_s": tm.wait, "readback_s": tm.readback,
+                            "gpu_steady_s": steady, "tflops_steady": flop / steady * 1e-12,
                             "tflops_gpu": flop / g * 1e-12, "tflops_call": flop / w * 1e-12, "rel_err": err}))?;
                     }
                     engine.pin(None)?;

@@ -8,6 +8,7 @@ use std::{path::PathBuf, sync::Arc, time::Instant};
 
 use anyhow::{bail, Result};
 use kernels::{timing::TimedEngine, Engine};
+use kernels_wgpu::{WgpuConfig, WgpuEngine};
 use models::{
     bert::Encoded,
     random::{self, Arch},
@@ -53,6 +54,8 @@ pub struct ModelArgs {
 
 struct Side {
     timed: Arc<TimedEngine<Arc<dyn Engine>>>,
+    /// The Vulkan engine under `timed`, for its GPU kernel time (`None` on the CPU engine).
+    gpu: Option<Arc<WgpuEngine>>,
     exec: Arc<dyn Executor>,
     masked: Option<Arc<MaskedExecutor>>,
 }
@@ -62,54 +65,80 @@ struct Side {
 struct Sample {
     secs: f64,
     engine: f64,
+    /// GPU kernel time inside the engine calls (NaN where not measured); the rest of the
+    /// engine time is host packing, transfers, driver and waiting.
+    kernels: f64,
     /// Masked side only: shield rows and mask application, then check and recovery.
     mask: f64,
     recover: f64,
 }
 
-struct Mark(Instant, f64, ProtocolSeconds);
+struct Mark(Instant, f64, ProtocolSeconds, f64);
 
 impl Side {
     fn protocol(&self) -> ProtocolSeconds {
         self.masked.as_ref().map(|m| m.protocol_seconds()).unwrap_or_default()
     }
 
+    fn kernel_seconds(&self) -> f64 {
+        match &self.gpu {
+            Some(g) if g.has_gpu_timestamps() => g.stats().gpu_ns as f64 * 1e-9,
+            _ => f64::NAN,
+        }
+    }
+
     fn mark(&self) -> Mark {
-        Mark(Instant::now(), self.timed.seconds(), self.protocol())
+        Mark(Instant::now(), self.timed.seconds(), self.protocol(), self.kernel_seconds())
     }
 
     fn since(&self, m: &Mark) -> Sample {
         let p = self.protocol();
-        Sample { secs: m.0.elapsed().as_secs_f64(), engine: self.timed.seconds() - m.1, mask: p.mask - m.2.mask, recover: p.recover - m.2.recover }
+        Sample {
+            secs: m.0.elapsed().as_secs_f64(),
+            engine: self.timed.seconds() - m.1,
+            kernels: self.kernel_seconds() - m.3,
+            mask: p.mask - m.2.mask,
+            recover: p.recover - m.2.recover,
+        }
     }
 }
 
-/// The time shares the table prints after the rates: each side's engine share, then the
-/// masked pass's mask and recover shares.
+/// The time shares the table prints after the rates: each side's engine share and the GPU
+/// kernels' share within it, then the masked pass's mask and recover shares.
 fn shares(plain: &[Sample], masked: &[Sample]) -> String {
     let share = |v: &[Sample], f: fn(&Sample) -> f64| 100.0 * median(v.iter().map(|s| f(s) / s.secs).collect());
+    let pct = |x: f64| if x.is_finite() { format!("{x:.0}%") } else { "–".into() };
     format!(
-        "{:.0}% | {:.0}% | {:.0}% | {:.0}%",
-        share(plain, |s| s.engine),
-        share(masked, |s| s.engine),
-        share(masked, |s| s.mask),
-        share(masked, |s| s.recover)
+        "{} | {} | {} | {} | {} | {}",
+        pct(share(plain, |s| s.engine)),
+        pct(share(plain, |s| s.kernels)),
+        pct(share(masked, |s| s.engine)),
+        pct(share(masked, |s| s.kernels)),
+        pct(share(masked, |s| s.mask)),
+        pct(share(masked, |s| s.recover))
     )
 }
 
-const SHARE_HEADER: &str = "plain engine share | masked engine share | masked mask share | masked recover share |";
-const SHARE_RULE: &str = "---|---|---|---|";
+const SHARE_HEADER: &str =
+    "plain engine share | plain GPU kernels | masked engine share | masked GPU kernels | masked mask share | masked recover share |";
+const SHARE_RULE: &str = "---|---|---|---|---|---|";
 
 fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
     let make = |masked: bool| -> Result<Side> {
-        let timed = Arc::new(TimedEngine::new(kernels_wgpu::open_engine(&a.engine)?));
+        let (inner, gpu): (Arc<dyn Engine>, _) = if a.engine.trim().eq_ignore_ascii_case("cpu") {
+            (Arc::new(kernels::CpuEngine::new()), None)
+        } else {
+            let g = Arc::new(WgpuEngine::open(&a.engine, WgpuConfig::default())?);
+            (g.clone(), Some(g))
+        };
+        let timed = Arc::new(TimedEngine::new(inner));
         let engine: Arc<dyn Engine> = timed.clone();
         if masked {
             let verify = (a.verify_probes > 0).then_some(UVerifyConfig { probes: a.verify_probes, range: 3 });
             let m = Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask: a.mask, verify, ..Default::default() })?);
-            Ok(Side { timed, exec: m.clone(), masked: Some(m) })
+            Ok(Side { timed, gpu, exec: m.clone(), masked: Some(m) })
         } else {
-            Ok(Side { timed, exec: Arc::new(PlaintextExecutor::new(engine)), masked: None })
+            Ok(Side { timed, gpu, exec: Arc::new(PlaintextExecutor::new(engine)), masked: None })
         }
     };
     Ok((make(false)?, make(true)?))
