@@ -41,13 +41,18 @@ pub struct Tile {
     pub bk: u32,
     pub tm: u32,
     pub tn: u32,
-    /// Vulkan cooperative matrices (tensor cores): f16 operands, f32 accumulation, one
-    /// subgroup of [`COOP_THREADS`] invocations per workgroup.
+    /// Vulkan cooperative matrices (tensor cores): f16 operands, f32 accumulation. `tm × tn`
+    /// is then the block of 16×16 fragments each subgroup of [`COOP_THREADS`] invocations
+    /// owns; a workgroup is `(bm / 16tm) × (bn / 16tn)` subgroups.
     pub coop: bool,
 }
 
-/// Invocations of a cooperative workgroup: one subgroup of the GPUs it is enabled on.
+/// Invocations of a subgroup on the GPUs the cooperative kernels are enabled on.
 pub const COOP_THREADS: u32 = 32;
+
+/// Padding of a staged row of f16 values in workgroup memory (keeps 16-byte alignment for
+/// the fragment loads and spreads rows over the banks).
+const COOP_PAD: u32 = 8;
 
 impl Tile {
     pub const fn new(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Self {
@@ -61,21 +66,27 @@ impl Tile {
         }
     }
 
-    /// A cooperative tile of `bm/16 × bn/16` fragments.
-    pub const fn coop(bm: u32, bn: u32, bk: u32) -> Self {
+    /// A cooperative tile: `bm × bn` per workgroup, `fm × fn` fragments per subgroup.
+    pub const fn coop(bm: u32, bn: u32, bk: u32, fm: u32, fn_: u32) -> Self {
         Tile {
             bm,
             bn,
             bk,
-            tm: 16,
-            tn: 16,
+            tm: fm,
+            tn: fn_,
             coop: true,
         }
     }
 
+    /// Subgroups of a cooperative workgroup along M and N.
+    fn subgroups(&self) -> (u32, u32) {
+        (self.bm / (16 * self.tm), self.bn / (16 * self.tn))
+    }
+
     pub fn threads(&self) -> u32 {
         if self.coop {
-            return COOP_THREADS;
+            let (sm, sn) = self.subgroups();
+            return COOP_THREADS * sm * sn;
         }
         (self.bm / self.tm) * (self.bn / self.tn)
     }
@@ -84,7 +95,9 @@ impl Tile {
     /// stage their f32 result).
     pub fn shared_bytes(&self) -> u32 {
         if self.coop {
-            return 2 * self.bk * (self.bm + self.bn) + 4 * self.bm * self.bn;
+            let (sm, sn) = self.subgroups();
+            let w = (self.bn * (self.bk + COOP_PAD)).max(self.bk * (self.bn + COOP_PAD));
+            return 2 * self.bm * (self.bk + COOP_PAD) + 2 * w + 4 * 256 * sm * sn;
         }
         4 * self.bk * ((self.bm + 4) + (self.bn + 4))
     }
@@ -97,8 +110,11 @@ impl Tile {
             return [self.bm, self.bn, self.bk]
                 .iter()
                 .all(|&v| v % 16 == 0 && v > 0)
-                && (self.bm * self.bk) % t == 0
-                && (self.bn * self.bk) % t == 0;
+                && self.tm > 0
+                && self.tn > 0
+                && self.bm % (16 * self.tm) == 0
+                && self.bn % (16 * self.tn) == 0
+                && t <= 1024;
         }
         [self.tm, self.tn].iter().all(|&v| v == 4 || v == 8)
             && self.bm % self.tm == 0
@@ -110,7 +126,7 @@ impl Tile {
 
     pub fn name(&self) -> String {
         if self.coop {
-            return format!("coop{}x{}x{}", self.bm, self.bn, self.bk);
+            return format!("coop{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn);
         }
         format!(
             "{}x{}x{}/{}x{}",
@@ -120,12 +136,14 @@ impl Tile {
 }
 
 /// Cooperative-matrix tiles, used only when the engine is opened with tensor cores on.
-pub const COOP_TILES: [Tile; 5] = [
-    Tile::coop(64, 64, 32),
-    Tile::coop(64, 32, 32),
-    Tile::coop(32, 64, 32),
-    Tile::coop(32, 32, 32),
-    Tile::coop(16, 64, 32),
+pub const COOP_TILES: [Tile; 7] = [
+    Tile::coop(128, 128, 32, 4, 2),
+    Tile::coop(128, 64, 32, 4, 2),
+    Tile::coop(64, 128, 32, 2, 4),
+    Tile::coop(64, 64, 32, 2, 2),
+    Tile::coop(32, 64, 32, 2, 2),
+    Tile::coop(16, 128, 32, 1, 2),
+    Tile::coop(16, 64, 64, 1, 2),
 ];
 
 /// The tiles the engine chooses among, largest first. Which wins depends on the GPU (its
@@ -395,21 +413,25 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     s
 }
 
-/// WGSL of the GEMM on cooperative matrices: one subgroup per workgroup stages `BM×BK` of
-/// `X` and `BK×BN` of `W` in workgroup memory as f16, multiplies 16×16 fragments on the
-/// matrix units into f32 accumulators, and writes its tile back through workgroup memory so
-/// edges need no special case. Both operands are rounded to f16.
+/// WGSL of the GEMM on cooperative matrices. A workgroup of several subgroups owns a
+/// `BM×BN` tile; each subgroup multiplies its `FM×FN` block of 16×16 fragments on the matrix
+/// units into f32 accumulators. `X` (f32 activations) is staged once per `BK` slice into
+/// workgroup memory as f16, shared by every subgroup. f16 weights in `OutIn` layout (as
+/// checkpoints arrive) are read straight from device memory as column-major fragments —
+/// no staging, no conversion — wherever the workgroup's columns and the whole `K` are full
+/// tiles; other weights, and edge tiles, are staged through workgroup memory as f16 with
+/// bounds checks. Full output tiles with 16-byte aligned rows are stored straight to device
+/// memory, others through a per-subgroup scratch fragment with bounds. Both operands are
+/// rounded to f16.
 fn coop_wgsl(key: &GemmKey) -> String {
-    let Tile { bm, bn, bk, .. } = key.tile;
-    let (fm, fnn) = (bm / 16, bn / 16);
-    let t = COOP_THREADS;
+    let tile = key.tile;
+    let Tile { bm, bn, bk, tm: fm, tn: fnn, .. } = tile;
+    let (sgm, sgn) = tile.subgroups();
+    let t = tile.threads();
+    let pad = COOP_PAD;
+    let direct = key.wtype == WeightType::F16 && key.layout == WeightLayout::OutIn;
     let mut s = String::from("enable f16;\nenable wgpu_cooperative_matrix;\n");
     let w = &mut s;
-    let wty = if key.wtype == WeightType::F32 {
-        "f32"
-    } else {
-        "u32"
-    };
     writeln!(
         w,
         "struct Params {{ m: u32, n: u32, k: u32, p0: u32, x_off: u32, x_ld: u32, x_bs: u32, p1: u32,
@@ -417,24 +439,33 @@ fn coop_wgsl(key: &GemmKey) -> String {
     )
     .unwrap();
     w.push_str(BINDINGS);
-    writeln!(
-        w,
-        "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;"
-    )
-    .unwrap();
+    // The weight binding's view: f16 elements where fragments load from it directly.
+    let wty = match key.wtype {
+        WeightType::F32 => "f32",
+        WeightType::F16 if direct => "f16",
+        _ => "u32",
+    };
+    writeln!(w, "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;").unwrap();
+    // Staged W: `[n][k]` (column-major fragments) for OutIn, `[k][n]` (row-major) for InOut.
+    let (wb_len, sw) = match key.layout {
+        WeightLayout::OutIn => (bn * (bk + pad), bk + pad),
+        WeightLayout::InOut => (bk * (bn + pad), bn + pad),
+    };
     writeln!(
         w,
         "const BM: u32 = {bm}u; const BN: u32 = {bn}u; const BK: u32 = {bk}u; const T: u32 = {t}u;
-var<workgroup> xa: array<f16, {}>;
-var<workgroup> wb: array<f16, {}>;
-var<workgroup> ot: array<f32, {}>;",
-        bm * bk,
-        bk * bn,
-        bm * bn
+const SA: u32 = {sa}u; const SW: u32 = {sw}u;
+var<workgroup> xa: array<f16, {xa_len}>;
+var<workgroup> wb: array<f16, {wb_len}>;
+var<workgroup> scratch: array<f32, {sc_len}>;",
+        sa = bk + pad,
+        xa_len = bm * (bk + pad),
+        sc_len = 256 * sgm * sgn,
     )
     .unwrap();
     let load = match key.wtype {
         WeightType::F32 => "f16(ws[e])",
+        WeightType::F16 if direct => "ws[e]",
         // Exact: every f16 is an f32 and back.
         WeightType::F16 => "f16(unpack2x16float(ws[e >> 1u])[e & 1u])",
         WeightType::Bf16 => {
@@ -442,19 +473,35 @@ var<workgroup> ot: array<f32, {}>;",
         }
     };
     writeln!(w, "fn wload(e: u32) -> f16 {{ return {load}; }}").unwrap();
-    let (kk, col, idx) = match key.layout {
-        WeightLayout::InOut => ("e / BN", "e % BN", "wb0 + kg * p.w_ld + ng"),
-        WeightLayout::OutIn => ("e % BK", "e / BK", "wb0 + ng * p.w_ld + kg"),
+    let (kl, nl, widx, wsl) = match key.layout {
+        WeightLayout::InOut => ("e / BN", "e % BN", "wb0 + kg * p.w_ld + ng", "kl * SW + nl"),
+        WeightLayout::OutIn => ("e % BK", "e / BK", "wb0 + ng * p.w_ld + kg", "nl * SW + kl"),
     };
     writeln!(
         w,
         "@compute @workgroup_size({t}, 1, 1)
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
-  let t = lid.x;
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let sg = t / {COOP_THREADS}u; let lane = t % {COOP_THREADS}u;
+  let sm = sg / {sgn}u; let sn = sg % {sgn}u;
   let m0 = wid.y * BM; let n0 = wid.x * BN;
   let xb = p.x_off + wid.z * p.x_bs;
   let wb0 = p.w_off + wid.z * p.w_bs;
-  let ob = p.o_off + wid.z * p.o_bs;"
+  let ob = p.o_off + wid.z * p.o_bs;
+  // Strides as values: naga emits a fragment store's stride only from a named value.
+  let o_ld = p.o_ld; let w_ld = p.w_ld;
+  // Rows and columns of this subgroup's block within the tile.
+  let rm = sm * {wm}u; let cn = sn * {wn}u;
+  // Workgroup-uniform: this tile's columns and the whole K are full tiles, and rows and
+  // start are 16-byte aligned as fragment loads require (`&`, not `&&`: naga lowers a
+  // short-circuit through a variable its uniformity analysis cannot follow).
+  let full = {full};",
+        wm = 16 * fm,
+        wn = 16 * fnn,
+        full = if direct {
+            "(n0 + BN <= p.n) & (p.k % BK == 0u) & (w_ld % 8u == 0u) & (wb0 % 8u == 0u)"
+        } else {
+            "false"
+        },
     )
     .unwrap();
     for i in 0..fm {
@@ -465,15 +512,18 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     writeln!(
         w,
         "  for (var k0 = 0u; k0 < p.k; k0 += BK) {{
+    workgroupBarrier();
     for (var e = t; e < BM * BK; e += T) {{
       let r = m0 + e / BK; let c = k0 + e % BK;
       var v = 0.0; if (r < p.m && c < p.k) {{ v = xs[xb + r * p.x_ld + c]; }}
-      xa[e] = f16(v);
+      xa[(e / BK) * SA + e % BK] = f16(v);
     }}
-    for (var e = t; e < BK * BN; e += T) {{
-      let kl = {kk}; let nl = {col}; let kg = k0 + kl; let ng = n0 + nl;
-      var v = f16(0.0); if (kg < p.k && ng < p.n) {{ v = wload({idx}); }}
-      wb[kl * BN + nl] = v;
+    if (!full) {{
+      for (var e = t; e < BK * BN; e += T) {{
+        let kl = {kl}; let nl = {nl}; let kg = k0 + kl; let ng = n0 + nl;
+        var v = f16(0.0); if (kg < p.k && ng < p.n) {{ v = wload({widx}); }}
+        wb[{wsl}] = v;
+      }}
     }}
     workgroupBarrier();
     for (var kk = 0u; kk < BK; kk += 16u) {{"
@@ -482,18 +532,36 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     for i in 0..fm {
         writeln!(
             w,
-            "      let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xa[{}u * BK + kk], BK);",
+            "      let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xa[(rm + {}u) * SA + kk], SA);",
             i * 16
         )
         .unwrap();
     }
-    for j in 0..fnn {
-        writeln!(
-            w,
-            "      let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&wb[kk * BN + {}u], BN);",
+    // B fragments: from device memory on full tiles (f16 OutIn), else from the staging.
+    let staged_b = |j: u32| match key.layout {
+        WeightLayout::OutIn => format!(
+            "coopLoad<coop_mat16x16<f16, B>>(&wb[(cn + {}u) * SW + kk], SW)",
             j * 16
-        )
-        .unwrap();
+        ),
+        WeightLayout::InOut => format!(
+            "coopLoadT<coop_mat16x16<f16, B>>(&wb[kk * SW + cn + {}u], SW)",
+            j * 16
+        ),
+    };
+    for j in 0..fnn {
+        if direct {
+            writeln!(
+                w,
+                "      var b{j}: coop_mat16x16<f16, B>;
+      if (full) {{ let wi{j} = wb0 + (n0 + cn + {o}u) * w_ld + k0 + kk; b{j} = coopLoad<coop_mat16x16<f16, B>>(&ws[wi{j}], w_ld); }}
+      else {{ b{j} = {st}; }}",
+                o = j * 16,
+                st = staged_b(j)
+            )
+            .unwrap();
+        } else {
+            writeln!(w, "      let b{j} = {};", staged_b(j)).unwrap();
+        }
     }
     for i in 0..fm {
         for j in 0..fnn {
@@ -503,31 +571,40 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     writeln!(
         w,
         "    }}
-    workgroupBarrier();
-  }}"
+  }}
+  if ((m0 + BM <= p.m) & (n0 + BN <= p.n) & (o_ld % 4u == 0u) & (ob % 4u == 0u)) {{"
     )
     .unwrap();
     for i in 0..fm {
         for j in 0..fnn {
             writeln!(
                 w,
-                "  coopStoreT(c{i}_{j}, &ot[{}u * BN + {}u], BN);",
+                "    let oi{i}_{j} = ob + (m0 + rm + {}u) * o_ld + n0 + cn + {}u;\n    coopStoreT(c{i}_{j}, &os[oi{i}_{j}], o_ld);",
                 i * 16,
                 j * 16
             )
             .unwrap();
         }
     }
-    writeln!(
-        w,
-        "  workgroupBarrier();
-  for (var e = t; e < BM * BN; e += T) {{
-    let r = m0 + e / BN; let c = n0 + e % BN;
-    if (r < p.m && c < p.n) {{ os[ob + r * p.o_ld + c] = ot[e]; }}
-  }}
-}}"
-    )
-    .unwrap();
+    writeln!(w, "  }} else {{").unwrap();
+    for i in 0..fm {
+        for j in 0..fnn {
+            writeln!(
+                w,
+                "    let si{i}_{j} = sg * 256u;\n    coopStoreT(c{i}_{j}, &scratch[si{i}_{j}], 16u);
+    workgroupBarrier();
+    for (var e = lane; e < 256u; e += {COOP_THREADS}u) {{
+      let r = m0 + rm + {ri}u + e / 16u; let c = n0 + cn + {cj}u + e % 16u;
+      if (r < p.m && c < p.n) {{ os[ob + r * p.o_ld + c] = scratch[sg * 256u + e]; }}
+    }}
+    workgroupBarrier();",
+                ri = i * 16,
+                cj = j * 16
+            )
+            .unwrap();
+        }
+    }
+    writeln!(w, "  }}\n}}").unwrap();
     s
 }
 
