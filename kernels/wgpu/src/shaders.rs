@@ -114,6 +114,7 @@ impl Tile {
                 && self.tn > 0
                 && self.bm % (16 * self.tm) == 0
                 && self.bn % (16 * self.tn) == 0
+                && (self.bm * self.bk) % t == 0
                 && t <= 1024;
         }
         [self.tm, self.tn].iter().all(|&v| v == 4 || v == 8)
@@ -136,9 +137,11 @@ impl Tile {
 }
 
 /// Cooperative-matrix tiles, used only when the engine is opened with tensor cores on.
-pub const COOP_TILES: [Tile; 7] = [
+pub const COOP_TILES: [Tile; 9] = [
+    Tile::coop(128, 128, 64, 4, 2),
     Tile::coop(128, 128, 32, 4, 2),
     Tile::coop(128, 64, 32, 4, 2),
+    Tile::coop(64, 128, 64, 2, 4),
     Tile::coop(64, 128, 32, 2, 4),
     Tile::coop(64, 64, 32, 2, 2),
     Tile::coop(32, 64, 32, 2, 2),
@@ -509,15 +512,43 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             writeln!(w, "  var c{i}_{j} = coop_mat16x16<f32, C>();").unwrap();
         }
     }
+    // Each thread's share of a `BM×BK` slice of X, held in registers between slices:
+    // element `t + i·T` of the slice (consecutive threads read consecutive addresses).
+    let lx = bm * bk / t;
+    let fetch = |k: &str, ind: &str| {
+        let mut f = String::new();
+        for i in 0..lx {
+            writeln!(
+                f,
+                "{ind}{{ let e = t + {o}u; let r = m0 + e / BK; let c = {k} + e % BK; xr{i} = 0.0;
+{ind}  if (r < p.m && c < p.k) {{ xr{i} = xs[xb + r * p.x_ld + c]; }} }}",
+                o = i * t
+            )
+            .unwrap();
+        }
+        f
+    };
+    let mut stores = String::new();
+    for i in 0..lx {
+        writeln!(
+            stores,
+            "    {{ let e = t + {o}u; xa[(e / BK) * SA + e % BK] = f16(xr{i}); }}",
+            o = i * t
+        )
+        .unwrap();
+    }
+    for i in 0..lx {
+        writeln!(w, "  var xr{i}: f32;").unwrap();
+    }
+    w.push_str(&fetch("0u", "  "));
     writeln!(
         w,
         "  for (var k0 = 0u; k0 < p.k; k0 += BK) {{
     workgroupBarrier();
-    for (var e = t; e < BM * BK; e += T) {{
-      let r = m0 + e / BK; let c = k0 + e % BK;
-      var v = 0.0; if (r < p.m && c < p.k) {{ v = xs[xb + r * p.x_ld + c]; }}
-      xa[(e / BK) * SA + e % BK] = f16(v);
-    }}
+{stores}
+    // The next slice of X is fetched into registers while this one is multiplied.
+    let kn = k0 + BK;
+{fetch_next}
     if (!full) {{
       for (var e = t; e < BK * BN; e += T) {{
         let kl = {kl}; let nl = {nl}; let kg = k0 + kl; let ng = n0 + nl;
@@ -526,7 +557,9 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
       }}
     }}
     workgroupBarrier();
-    for (var kk = 0u; kk < BK; kk += 16u) {{"
+    for (var kk = 0u; kk < BK; kk += 16u) {{",
+        stores = stores,
+        fetch_next = fetch("kn", "      "),
     )
     .unwrap();
     for i in 0..fm {
