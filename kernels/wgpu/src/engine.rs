@@ -276,6 +276,7 @@ impl WgpuEngine {
         let coop_tiles: &[Tile] = if gpu.coop { &shaders::COOP_TILES } else { &[] };
         let tiles: Vec<Tile> = TILES
             .iter()
+            .chain(&shaders::SKINNY_TILES)
             .chain(coop_tiles)
             .copied()
             .filter(|t| {
@@ -385,11 +386,11 @@ impl WgpuEngine {
             let eff = (f64::from(t.tm * t.tn) / 64.0).powf(0.5) * (area / 16384.0).powf(0.15);
             waves * area / eff
         };
-        // Cooperative tiles are chosen only by measurement.
+        // Cooperative and few-row tiles are chosen only by measurement.
         *self
             .tiles
             .iter()
-            .filter(|t| !t.coop)
+            .filter(|t| !t.coop && !t.skinny)
             .min_by(|a, b| cost(a).total_cmp(&cost(b)))
             .expect("at least one FMA tile")
     }
@@ -459,11 +460,14 @@ impl WgpuEngine {
         // Tiles far taller than the product only compute padding; K splits pay only where
         // the unsplit product has too few workgroups to occupy the device.
         let mut candidates = Vec::new();
-        for &t in self
-            .tiles
-            .iter()
-            .filter(|t| t.bm as usize <= (2 * key.rows).max(32))
-        {
+        // A few-row tile competes only in its own row class (its rows are unrolled).
+        for &t in self.tiles.iter().filter(|t| {
+            if t.skinny {
+                t.bm as usize == key.rows
+            } else {
+                t.bm as usize <= (2 * key.rows).max(32)
+            }
+        }) {
             candidates.push(Plan::new(t));
             let wgs = ceil_div(key.rows, t.bm) * ceil_div(key.n, t.bn) * key.batch;
             if splittable && (wgs as f64) < 4.0 * self.parallel {

@@ -45,6 +45,9 @@ pub struct Tile {
     /// is then the block of 16×16 fragments each subgroup of [`COOP_THREADS`] invocations
     /// owns; a workgroup is `(bm / 16tm) × (bn / 16tn)` subgroups.
     pub coop: bool,
+    /// The few-row kernel (decode): at most `bm` rows, `bn` columns per workgroup, `tn`
+    /// columns per thread, `bk` threads splitting `K` for each group of columns.
+    pub skinny: bool,
 }
 
 /// Invocations of a subgroup on the GPUs the cooperative kernels are enabled on.
@@ -63,6 +66,21 @@ impl Tile {
             tm,
             tn,
             coop: false,
+            skinny: false,
+        }
+    }
+
+    /// A few-row tile: up to `bm` rows by `bn` columns, 4 columns per thread, 8 threads
+    /// along `K` per column group.
+    pub const fn skinny(bm: u32, bn: u32) -> Self {
+        Tile {
+            bm,
+            bn,
+            bk: 8,
+            tm: bm,
+            tn: 4,
+            coop: false,
+            skinny: true,
         }
     }
 
@@ -75,6 +93,7 @@ impl Tile {
             tm: fm,
             tn: fn_,
             coop: true,
+            skinny: false,
         }
     }
 
@@ -84,6 +103,9 @@ impl Tile {
     }
 
     pub fn threads(&self) -> u32 {
+        if self.skinny {
+            return (self.bn / self.tn) * self.bk;
+        }
         if self.coop {
             let (sm, sn) = self.subgroups();
             return COOP_THREADS * sm * sn;
@@ -94,6 +116,10 @@ impl Tile {
     /// Workgroup memory the tile stages (both operands, padded rows; cooperative tiles also
     /// stage their f32 result).
     pub fn shared_bytes(&self) -> u32 {
+        if self.skinny {
+            // Every thread's partial sums, reduced over the `bk` threads of a column group.
+            return 4 * self.threads() * self.bm * self.tn;
+        }
         if self.coop {
             let (sm, sn) = self.subgroups();
             let w = (self.bn * (self.bk + COOP_PAD)).max(self.bk * (self.bn + COOP_PAD));
@@ -106,6 +132,9 @@ impl Tile {
     /// evenly among the threads.
     pub fn is_valid(&self) -> bool {
         let t = self.threads();
+        if self.skinny {
+            return self.bm > 0 && self.bm <= 16 && self.tn > 0 && self.bn % self.tn == 0 && t >= 32;
+        }
         if self.coop {
             return [self.bm, self.bn, self.bk]
                 .iter()
@@ -126,6 +155,9 @@ impl Tile {
     }
 
     pub fn name(&self) -> String {
+        if self.skinny {
+            return format!("skinny{}x{}", self.bm, self.bn);
+        }
         if self.coop {
             return format!("coop{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn);
         }
@@ -147,6 +179,16 @@ pub const COOP_TILES: [Tile; 9] = [
     Tile::coop(32, 64, 32, 2, 2),
     Tile::coop(16, 128, 32, 1, 2),
     Tile::coop(16, 64, 64, 1, 2),
+];
+
+/// Few-row tiles for decode products, one per row class up to 16 (autotuning tries the
+/// one of a product's class).
+pub const SKINNY_TILES: [Tile; 5] = [
+    Tile::skinny(1, 64),
+    Tile::skinny(2, 64),
+    Tile::skinny(4, 32),
+    Tile::skinny(8, 32),
+    Tile::skinny(16, 32),
 ];
 
 /// The tiles the engine chooses among, largest first. Which wins depends on the GPU (its
@@ -246,6 +288,9 @@ const BINDINGS: &str = r#"
 pub fn gemm_wgsl(key: &GemmKey) -> String {
     if key.tile.coop {
         return coop_wgsl(key);
+    }
+    if key.tile.skinny {
+        return skinny_wgsl(key);
     }
     let Tile {
         bm, bn, bk, tm, tn, ..
@@ -413,6 +458,103 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
     }
     w.push_str("}\n");
+    s
+}
+
+/// WGSL of the few-row product (decode: a handful of rows against a large weight). The
+/// weight is streamed once: each thread owns `CPT` columns and every `L`-th element of `K`
+/// (the `L` threads of a column group read consecutive elements of a checkpoint-layout row),
+/// multiplies them with all `BM` rows of `X` (read once per element, shared by its
+/// columns), and the partial sums are reduced over the group in workgroup memory. Rows
+/// beyond `m` read as 0; products and sums are f32.
+fn skinny_wgsl(key: &GemmKey) -> String {
+    let Tile { bm, bn, bk: l, tn: cpt, .. } = key.tile;
+    let t = key.tile.threads();
+    let mut s = String::new();
+    let w = &mut s;
+    let wty = if key.wtype == WeightType::F32 { "f32" } else { "u32" };
+    writeln!(
+        w,
+        "struct Params {{ m: u32, n: u32, k: u32, p0: u32, x_off: u32, x_ld: u32, x_bs: u32, p1: u32,
+  w_off: u32, w_ld: u32, w_bs: u32, p2: u32, o_off: u32, o_ld: u32, o_bs: u32, p3: u32 }}"
+    )
+    .unwrap();
+    w.push_str(BINDINGS);
+    writeln!(w, "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;").unwrap();
+    let load = match key.wtype {
+        WeightType::F32 => "ws[e]",
+        WeightType::F16 => "unpack2x16float(ws[e >> 1u])[e & 1u]",
+        WeightType::Bf16 => {
+            "bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u))"
+        }
+    };
+    writeln!(w, "fn wload(e: u32) -> f32 {{ return {load}; }}").unwrap();
+    let acc = bm * cpt;
+    writeln!(
+        w,
+        "const BM: u32 = {bm}u; const BN: u32 = {bn}u; const L: u32 = {l}u; const CPT: u32 = {cpt}u; const T: u32 = {t}u;
+const ACC: u32 = {acc}u;
+var<workgroup> red: array<f32, {}>;
+@compute @workgroup_size({t}, 1, 1)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let lane = t % L; let g = t / L;
+  let m0 = wid.y * BM; let nc = wid.x * BN + g * CPT;
+  let xb = p.x_off + wid.z * p.x_bs;
+  let wb = p.w_off + wid.z * p.w_bs;
+  let ob = p.o_off + wid.z * p.o_bs;",
+        t * acc
+    )
+    .unwrap();
+    for r in 0..bm {
+        for c in 0..cpt {
+            writeln!(w, "  var a{r}_{c} = 0.0;").unwrap();
+        }
+    }
+    let widx = |c: u32| match key.layout {
+        WeightLayout::OutIn => format!("wb + (nc + {c}u) * p.w_ld + k"),
+        WeightLayout::InOut => format!("wb + k * p.w_ld + nc + {c}u"),
+    };
+    writeln!(w, "  for (var k = lane; k < p.k; k += L) {{").unwrap();
+    for c in 0..cpt {
+        writeln!(
+            w,
+            "    var w{c} = 0.0; if (nc + {c}u < p.n) {{ w{c} = wload({}); }}",
+            widx(c)
+        )
+        .unwrap();
+    }
+    for r in 0..bm {
+        writeln!(
+            w,
+            "    var x{r} = 0.0; if (m0 + {r}u < p.m) {{ x{r} = xs[xb + (m0 + {r}u) * p.x_ld + k]; }}"
+        )
+        .unwrap();
+        for c in 0..cpt {
+            writeln!(w, "    a{r}_{c} = fma(x{r}, w{c}, a{r}_{c});").unwrap();
+        }
+    }
+    writeln!(w, "  }}").unwrap();
+    for r in 0..bm {
+        for c in 0..cpt {
+            writeln!(w, "  red[t * ACC + {}u] = a{r}_{c};", r * cpt + c).unwrap();
+        }
+    }
+    writeln!(
+        w,
+        "  workgroupBarrier();
+  // One output per step: the sum over the group's L threads of one (row, column) partial.
+  for (var e = t; e < BM * BN; e += T) {{
+    let r = e / BN; let cl = e % BN; let gg = cl / CPT; let c = cl % CPT;
+    let row = m0 + r; let col = wid.x * BN + cl;
+    if (row < p.m && col < p.n) {{
+      var sum = 0.0;
+      for (var i = 0u; i < L; i++) {{ sum += red[(gg * L + i) * ACC + r * CPT + c]; }}
+      os[ob + row * p.o_ld + col] = sum;
+    }}
+  }}
+}}"
+    )
+    .unwrap();
     s
 }
 
@@ -748,6 +890,22 @@ mod tests {
     #[test]
     fn every_gemm_variant_is_valid_wgsl() {
         for tile in TILES {
+            assert!(tile.is_valid(), "{tile:?}");
+            for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
+                for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
+                    validate(&gemm_wgsl(&GemmKey {
+                        tile,
+                        layout,
+                        wtype,
+                    }));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_skinny_variant_is_valid_wgsl() {
+        for tile in SKINNY_TILES {
             assert!(tile.is_valid(), "{tile:?}");
             for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
                 for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {

@@ -217,14 +217,16 @@ fn split_k_plans_sum_their_slices() {
     for rows in [1, 16] {
         let x = random(rows, 512, 12);
         let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
-        for splits in [2, 4, 8] {
-            let tile = *gpu.tiles().last().unwrap();
+        // The smallest FMA tile and the few-row tile of the most rows.
+        let fma = *gpu.tiles().iter().filter(|t| !t.coop && !t.skinny).last().unwrap();
+        let skinny = *gpu.tiles().iter().filter(|t| t.skinny).last().unwrap();
+        for (tile, splits) in [fma, skinny].into_iter().flat_map(|t| [2, 4, 8].map(|s| (t, s))) {
             gpu.pin(Some(Plan { tile, splits })).unwrap();
             // Two products in one call: their scratch regions must not overlap.
             let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
             for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
                 assert_product(
-                    &format!("{name} rows={rows} k/{splits}"),
+                    &format!("{name} rows={rows} {} k/{splits}", tile.name()),
                     g.matrix(),
                     e.matrix(),
                     &x,

@@ -316,6 +316,10 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
                     let plans: Vec<Option<Plan>> = if sweep {
                         let mut v = Vec::new();
                         for &t in engine.tiles() {
+                            // A few-row tile only for its own row class.
+                            if t.skinny && t.bm as usize != m.next_power_of_two() {
+                                continue;
+                            }
                             v.push(Some(Plan::new(t)));
                             if m <= 512 {
                                 let most = if t.bm <= 32 { 8 } else { 4 };
