@@ -1275,12 +1275,13 @@ impl Engine for WgpuEngine {
             )));
         }
         let (_, contig) = weights::stored_shape(&weight);
-        let mut packed = vec![0u8; bytes.next_multiple_of(4) as usize];
+        let mut packed = vec![0u8; bytes.next_multiple_of(16) as usize];
         weights::pack_into(&weight, storage, &mut packed[..bytes as usize]);
         let buffer = self.gpu.scoped("register", || {
             let buffer = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(id.as_str()),
-                size: bytes.next_multiple_of(4),
+                // Whole 16-byte words: kernels may view a weight as `vec4`s.
+                size: bytes.next_multiple_of(16),
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: true,
             });

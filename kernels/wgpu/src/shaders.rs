@@ -479,9 +479,20 @@ fn skinny_wgsl(key: &GemmKey) -> String {
   w_off: u32, w_ld: u32, w_bs: u32, p2: u32, o_off: u32, o_ld: u32, o_bs: u32, p3: u32 }}"
     )
     .unwrap();
-    w.push_str(BINDINGS);
-    writeln!(w, "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;").unwrap();
+    // X (and f32 weights) viewed as vec4 for the aligned path; scalar reads pick a lane.
+    let vec = key.wtype == WeightType::F32 && key.layout == WeightLayout::OutIn;
+    let wty = if vec { "vec4<f32>" } else { wty };
+    writeln!(
+        w,
+        "@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> xs: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> ws: array<{wty}>;
+@group(0) @binding(3) var<storage, read_write> os: array<f32>;
+fn xload(e: u32) -> f32 {{ return xs[e >> 2u][e & 3u]; }}"
+    )
+    .unwrap();
     let load = match key.wtype {
+        WeightType::F32 if vec => "ws[e >> 2u][e & 3u]",
         WeightType::F32 => "ws[e]",
         WeightType::F16 => "unpack2x16float(ws[e >> 1u])[e & 1u]",
         WeightType::Bf16 => {
@@ -514,6 +525,34 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         WeightLayout::OutIn => format!("wb + (nc + {c}u) * p.w_ld + k"),
         WeightLayout::InOut => format!("wb + k * p.w_ld + nc + {c}u"),
     };
+    if vec {
+        // Rows of X and W start on 16 bytes and K is a multiple of 4: one vec4 per load.
+        writeln!(
+            w,
+            "  let aligned = (p.k % 4u == 0u) & (p.w_ld % 4u == 0u) & (wb % 4u == 0u) & (p.x_ld % 4u == 0u) & (xb % 4u == 0u);
+  if (aligned) {{
+    for (var k4 = lane; k4 < p.k / 4u; k4 += L) {{"
+        )
+        .unwrap();
+        for c in 0..cpt {
+            writeln!(
+                w,
+                "      var w{c} = vec4<f32>(0.0); if (nc + {c}u < p.n) {{ w{c} = ws[(wb + (nc + {c}u) * p.w_ld) / 4u + k4]; }}"
+            )
+            .unwrap();
+        }
+        for r in 0..bm {
+            writeln!(
+                w,
+                "      var x{r} = vec4<f32>(0.0); if (m0 + {r}u < p.m) {{ x{r} = xs[(xb + (m0 + {r}u) * p.x_ld) / 4u + k4]; }}"
+            )
+            .unwrap();
+            for c in 0..cpt {
+                writeln!(w, "      a{r}_{c} += dot(x{r}, w{c});").unwrap();
+            }
+        }
+        writeln!(w, "    }}\n  }} else {{").unwrap();
+    }
     writeln!(w, "  for (var k = lane; k < p.k; k += L) {{").unwrap();
     for c in 0..cpt {
         writeln!(
@@ -526,7 +565,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     for r in 0..bm {
         writeln!(
             w,
-            "    var x{r} = 0.0; if (m0 + {r}u < p.m) {{ x{r} = xs[xb + (m0 + {r}u) * p.x_ld + k]; }}"
+            "    var x{r} = 0.0; if (m0 + {r}u < p.m) {{ x{r} = xload(xb + (m0 + {r}u) * p.x_ld + k); }}"
         )
         .unwrap();
         for c in 0..cpt {
@@ -534,6 +573,9 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         }
     }
     writeln!(w, "  }}").unwrap();
+    if vec {
+        writeln!(w, "  }}").unwrap();
+    }
     for r in 0..bm {
         for c in 0..cpt {
             writeln!(w, "  red[t * ACC + {}u] = a{r}_{c};", r * cpt + c).unwrap();
