@@ -181,14 +181,16 @@ pub const COOP_TILES: [Tile; 9] = [
     Tile::coop(16, 64, 64, 1, 2),
 ];
 
-/// Few-row tiles for decode products, one per row class up to 16 (autotuning tries the
-/// one of a product's class).
-pub const SKINNY_TILES: [Tile; 5] = [
+/// Few-row tiles for decode products, one per row class up to 8 (autotuning tries the
+/// one of a product's class). A 16-row variant won some trials on the H200 by ~10 %, but
+/// trials find a small weight in L2 while a model's step streams it from HBM, and the masked
+/// Qwen3-1.7B decode step (9 rows per linear) showed no gain from it across machines; it was
+/// left out rather than kept on evidence from L2-resident timings.
+pub const SKINNY_TILES: [Tile; 4] = [
     Tile::skinny(1, 64),
     Tile::skinny(2, 64),
     Tile::skinny(4, 32),
     Tile::skinny(8, 32),
-    Tile::skinny(16, 32),
 ];
 
 /// The tiles the engine chooses among, largest first. Which wins depends on the GPU (its
