@@ -248,10 +248,6 @@ struct Integrity {
 }
 
 /// The GELO executor: every linear's input reaches the engine only as `U = A·[H; S]`.
-/// Shield values a masked executor keeps drawn ahead (8 MiB): most of a Qwen3-1.7B decode
-/// step's 2.7 M at B = 1, refilled while the step waits on the engine.
-const RESERVOIR_VALUES: usize = 2 << 20;
-
 pub struct MaskedExecutor {
     engine: Arc<dyn Engine>,
     cfg: MaskedConfig,
@@ -260,8 +256,6 @@ pub struct MaskedExecutor {
     /// Engine throughput (flop/s) for the Auto cost model, measured on first use.
     engine_rate: OnceLock<f64>,
     times: TeeTimes,
-    /// Shield values drawn ahead of use while passes wait on the engine.
-    reservoir: shield::Reservoir,
 }
 
 /// Cumulative TEE time of a masked executor's protocol work, for benchmarks: where a masked
@@ -301,7 +295,6 @@ impl MaskedExecutor {
             integrity: Integrity::default(),
             engine_rate: OnceLock::new(),
             times: TeeTimes::default(),
-            reservoir: shield::Reservoir::new(RESERVOIR_VALUES),
         })
     }
 
@@ -463,7 +456,7 @@ impl MaskedPass<'_> {
         let work = |((mask, (hb, ub)), seed): ((&BlockMask, (&[f32], &mut [f32])), [u8; 32])| {
             let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
             let mut shield = vec![0.0f32; (mask.order() - hb.len() / d.max(1)) * d];
-            shield::fill_from(&mut shield, hb, d, energy, &mut rng, Some(&self.exec.reservoir));
+            shield::fill(&mut shield, hb, d, energy, &mut rng);
             mask.apply(hb, &shield, d, ub);
             zeroize::Zeroize::zeroize(&mut shield);
         };
