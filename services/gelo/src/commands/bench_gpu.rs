@@ -3,7 +3,9 @@
 //! Sections (`--sections`):
 //! * `gemm`: engine GEMM throughput per weight shape of Qwen3-0.6B, BGE-base and
 //!   Qwen3-1.7B, for several row counts, with f32 and f16 weights. Kernel time comes from
-//!   GPU timestamps; call time adds the upload of `x`, the read-back and the driver.
+//!   GPU timestamps, per call and "steady" (the kernels repeated back to back in one
+//!   submission, as the PyTorch peer's timing loop keeps its GPU busy); call time adds the
+//!   upload of `x`, the read-back and the driver.
 //! * `tiles`: every tile at every GEMM cell, to see what autotuning chooses among.
 //! * `roundtrip`: the decode-shape call (upload + product + read-back) at m = 1 and 16,
 //!   from one thread and from several at once.
@@ -11,8 +13,7 @@
 //!   `protocol::MaskedExecutor` on this engine, with where the masked time goes.
 //!
 //! Whole-model forwards (masked BERT-base / Qwen3-0.6B embedding at batch 32, Qwen3-1.7B
-//! decode) belong here as a further section once `services/models` can build those models
-//! from random weights of the real shapes on any `Executor`.
+//! decode) are `gelo bench model`.
 //!
 //! `scripts/gpu/torch_peer.py` measures the same cells through PyTorch on the same GPU;
 //! `scripts/gpu/report.py` joins both JSON files into the tables of `docs/BENCHMARKS.md`.
