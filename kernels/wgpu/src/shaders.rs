@@ -527,6 +527,24 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         WeightLayout::OutIn => format!("wb + (nc + {c}u) * p.w_ld + k"),
         WeightLayout::InOut => format!("wb + k * p.w_ld + nc + {c}u"),
     };
+    // One step of the K loop: load each column's weight and each row's X (zero beyond the
+    // shape), then update every accumulator.
+    let step = |w: &mut String,
+                ind: &str,
+                zero: &str,
+                wl: &dyn Fn(u32) -> String,
+                xl: &dyn Fn(u32) -> String,
+                upd: &dyn Fn(u32, u32) -> String| {
+        for c in 0..cpt {
+            writeln!(w, "{ind}var w{c} = {zero}; if (nc + {c}u < p.n) {{ w{c} = {}; }}", wl(c)).unwrap();
+        }
+        for r in 0..bm {
+            writeln!(w, "{ind}var x{r} = {zero}; if (m0 + {r}u < p.m) {{ x{r} = {}; }}", xl(r)).unwrap();
+            for c in 0..cpt {
+                writeln!(w, "{ind}{}", upd(r, c)).unwrap();
+            }
+        }
+    };
     if vec {
         // Rows of X and W start on 16 bytes and K is a multiple of 4: one vec4 per load.
         writeln!(
@@ -536,44 +554,25 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     for (var k4 = lane; k4 < p.k / 4u; k4 += L) {{"
         )
         .unwrap();
-        for c in 0..cpt {
-            writeln!(
-                w,
-                "      var w{c} = vec4<f32>(0.0); if (nc + {c}u < p.n) {{ w{c} = ws[(wb + (nc + {c}u) * p.w_ld) / 4u + k4]; }}"
-            )
-            .unwrap();
-        }
-        for r in 0..bm {
-            writeln!(
-                w,
-                "      var x{r} = vec4<f32>(0.0); if (m0 + {r}u < p.m) {{ x{r} = xs[(xb + (m0 + {r}u) * p.x_ld) / 4u + k4]; }}"
-            )
-            .unwrap();
-            for c in 0..cpt {
-                writeln!(w, "      a{r}_{c} += dot(x{r}, w{c});").unwrap();
-            }
-        }
+        step(
+            w,
+            "      ",
+            "vec4<f32>(0.0)",
+            &|c| format!("ws[(wb + (nc + {c}u) * p.w_ld) / 4u + k4]"),
+            &|r| format!("xs[(xb + (m0 + {r}u) * p.x_ld) / 4u + k4]"),
+            &|r, c| format!("a{r}_{c} += dot(x{r}, w{c});"),
+        );
         writeln!(w, "    }}\n  }} else {{").unwrap();
     }
     writeln!(w, "  for (var k = lane; k < p.k; k += L) {{").unwrap();
-    for c in 0..cpt {
-        writeln!(
-            w,
-            "    var w{c} = 0.0; if (nc + {c}u < p.n) {{ w{c} = wload({}); }}",
-            widx(c)
-        )
-        .unwrap();
-    }
-    for r in 0..bm {
-        writeln!(
-            w,
-            "    var x{r} = 0.0; if (m0 + {r}u < p.m) {{ x{r} = xload(xb + (m0 + {r}u) * p.x_ld + k); }}"
-        )
-        .unwrap();
-        for c in 0..cpt {
-            writeln!(w, "    a{r}_{c} = fma(x{r}, w{c}, a{r}_{c});").unwrap();
-        }
-    }
+    step(
+        w,
+        "    ",
+        "0.0",
+        &|c| format!("wload({})", widx(c)),
+        &|r| format!("xload(xb + (m0 + {r}u) * p.x_ld + k)"),
+        &|r, c| format!("a{r}_{c} = fma(x{r}, w{c}, a{r}_{c});"),
+    );
     writeln!(w, "  }}").unwrap();
     if vec {
         writeln!(w, "  }}").unwrap();
