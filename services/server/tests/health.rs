@@ -140,10 +140,24 @@ async fn assert_serving(r: &Running, service: &str) {
     assert_eq!(http(r.metrics, "/readyz").await.0, 200);
 }
 
+/// The gRPC health status of `service` once it has followed a state change: the health
+/// service's statuses are set by a task that follows the service's state, so they may lag
+/// the request that failed by a scheduling round (bounded here at 5 s).
+async fn grpc_health_settled(ch: &Channel, service: &str, want: ServingStatus) -> ServingStatus {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let got = grpc_health(ch, service).await;
+        if got == want || tokio::time::Instant::now() >= deadline {
+            return got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Everything that must say "not serving" does, with the reason over HTTP.
 async fn assert_not_serving(r: &Running, service: &str) {
-    assert_eq!(grpc_health(&r.channel, "").await, ServingStatus::NotServing);
-    assert_eq!(grpc_health(&r.channel, service).await, ServingStatus::NotServing);
+    assert_eq!(grpc_health_settled(&r.channel, "", ServingStatus::NotServing).await, ServingStatus::NotServing);
+    assert_eq!(grpc_health_settled(&r.channel, service, ServingStatus::NotServing).await, ServingStatus::NotServing);
     for probe in ["/healthz", "/readyz"] {
         let (code, body) = http(r.metrics, probe).await;
         assert_eq!(code, 503, "{probe}: {body}");
