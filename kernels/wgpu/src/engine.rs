@@ -55,6 +55,10 @@ pub struct WgpuConfig {
     /// ±65504 overflow), and [`EngineInfo::operand_precision`] says `F16`, which widens
     /// U-Verify's tolerance accordingly. Experimental; off by default.
     pub tensor_cores: bool,
+    /// Host memory the engine may keep in recycled operand and result buffers (masked data
+    /// only, see `kernels::pool`); 0 turns recycling off. Default 1 GiB: a confidential VM's
+    /// memory is scarce, so size it to the largest call's operands.
+    pub recycle_bytes: usize,
 }
 
 impl Default for WgpuConfig {
@@ -65,6 +69,7 @@ impl Default for WgpuConfig {
             parallel_workgroups: None,
             autotune: None,
             tensor_cores: false,
+            recycle_bytes: 1 << 30,
         }
     }
 }
@@ -238,6 +243,7 @@ impl WgpuEngine {
 
     pub fn open_adapter(spec: &AdapterSpec, cfg: WgpuConfig) -> Result<Self, EngineError> {
         let gpu = Gpu::open(spec, cfg.tensor_cores)?;
+        let recycle_bytes = cfg.recycle_bytes;
         let device = &gpu.device;
         let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
             binding,
@@ -338,7 +344,7 @@ impl WgpuEngine {
             slots: Mutex::default(),
             timestamps,
             stats: Mutex::default(),
-            buffers: kernels::pool::BufferPool::default(),
+            buffers: kernels::pool::BufferPool::new(recycle_bytes),
         })
     }
 
@@ -548,6 +554,11 @@ impl WgpuEngine {
         let secs = (after.gpu_timed_calls > before.gpu_timed_calls)
             .then(|| (after.gpu_ns - before.gpu_ns) as f64 * 1e-9 / f64::from(repeat));
         Ok((Masked::from_mixed(out.pop().expect("one product")), secs))
+    }
+
+    /// Bytes held in recycled buffers now (at most [`WgpuConfig::recycle_bytes`]).
+    pub fn recycled_bytes(&self) -> usize {
+        self.buffers.held_bytes()
     }
 
     /// Summed call timings since the last reset.

@@ -268,6 +268,28 @@ fn steady_kernel_runs_repeat_the_product_without_changing_it() {
 }
 
 #[test]
+fn recycled_buffers_stay_within_the_configured_bytes() {
+    // Read-backs come from, and products given back go to, the engine's pool, up to
+    // `recycle_bytes`; 0 keeps nothing.
+    let w = weight(64, 2048, WeightLayout::OutIn, 31);
+    let x = random(40, 64, 32);
+    let cpu = CpuEngine::new();
+    cpu.register(id("recycle.w"), w.clone()).unwrap();
+    let want = cpu.matmul(&plain(&x), &id("recycle.w")).unwrap().into_matrix();
+    for (cap, keeps) in [(0usize, false), (1 << 20, true)] {
+        let gpu = WgpuEngine::open("vulkan", WgpuConfig { recycle_bytes: cap, ..WgpuConfig::default() }).unwrap();
+        gpu.register(id("recycle.w"), w.clone()).unwrap();
+        for _ in 0..3 {
+            let got = gpu.matmul(&plain(&x), &id("recycle.w")).unwrap();
+            assert_product("recycled read-back", got.matrix(), &want, &x, &dense(&w));
+            gpu.recycle(got.into_matrix().into_vec());
+            assert!(gpu.recycled_bytes() <= cap, "{} bytes held, cap {cap}", gpu.recycled_bytes());
+        }
+        assert_eq!(gpu.recycled_bytes() > 0, keeps, "cap {cap}");
+    }
+}
+
+#[test]
 fn f16_storage_is_within_1e3_relative() {
     let gpu = WgpuEngine::open(
         "vulkan",

@@ -41,11 +41,16 @@ pub struct ProtocolArgs {
     /// U-Verify probes per weight (0: off).
     #[arg(long, env = "GELO_VERIFY_PROBES", default_value_t = 0)]
     pub verify_probes: usize,
+    /// Host memory (MiB) a Vulkan engine may keep in recycled buffers of masked operands
+    /// and results (0: none).
+    #[arg(long, env = "GELO_ENGINE_RECYCLE_MIB", default_value_t = 1024)]
+    pub engine_recycle_mib: usize,
 }
 
 impl ProtocolArgs {
     pub fn engine(&self) -> Result<Arc<dyn Engine>> {
-        kernels_wgpu::open_engine(&self.engine).with_context(|| format!("opening engine `{}`", self.engine))
+        let cfg = kernels_wgpu::WgpuConfig { recycle_bytes: self.engine_recycle_mib << 20, ..Default::default() };
+        kernels_wgpu::open_engine_with(&self.engine, cfg).with_context(|| format!("opening engine `{}`", self.engine))
     }
 
     pub fn masked_config(&self) -> MaskedConfig {
