@@ -20,16 +20,13 @@ use std::sync::Mutex;
 /// Buffers smaller than this come from the allocator directly (its own caches serve them).
 pub const MIN_ELEMS: usize = 64 * 1024;
 
+/// What an engine's pool retains unless configured otherwise (1 GiB).
+pub const DEFAULT_MAX_BYTES: usize = 1 << 30;
+
 /// A pool of recycled `f32` buffers, retaining at most `max_bytes`.
 pub struct BufferPool {
     bufs: Mutex<Vec<Vec<f32>>>,
     max_bytes: usize,
-}
-
-impl Default for BufferPool {
-    fn default() -> Self {
-        Self::new(1 << 30)
-    }
 }
 
 impl BufferPool {

@@ -69,7 +69,7 @@ impl Default for WgpuConfig {
             parallel_workgroups: None,
             autotune: None,
             tensor_cores: false,
-            recycle_bytes: 1 << 30,
+            recycle_bytes: kernels::pool::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -514,19 +514,22 @@ impl WgpuEngine {
         Ok(plan)
     }
 
-    /// Runs `job` once: its GPU time (all repeats) where the device has timestamps, else
-    /// the call's wall time.
-    fn timed_run(&self, job: Job<'_>) -> Result<u64, EngineError> {
+    /// Runs `job` once: its results, its GPU time in ns (all repeats) where the device has
+    /// timestamps, and the call's wall time in ns.
+    fn timed_execute(&self, job: Job<'_>) -> Result<(Vec<Matrix>, Option<u64>, u64), EngineError> {
         let before = self.stats();
         let t = Instant::now();
-        self.execute(job)?;
+        let out = self.execute(job)?;
         let wall = t.elapsed().as_nanos() as u64;
         let after = self.stats();
-        Ok(if after.gpu_timed_calls > before.gpu_timed_calls {
-            after.gpu_ns - before.gpu_ns
-        } else {
-            wall
-        })
+        let gpu = (after.gpu_timed_calls > before.gpu_timed_calls).then(|| after.gpu_ns - before.gpu_ns);
+        Ok((out, gpu, wall))
+    }
+
+    /// [`Self::timed_execute`]'s GPU time, else its wall time.
+    fn timed_run(&self, job: Job<'_>) -> Result<u64, EngineError> {
+        let (_, gpu, wall) = self.timed_execute(job)?;
+        Ok(gpu.unwrap_or(wall))
     }
 
     /// Kernel time of one product `x · W[id]` with the plan a call would use, measured as
@@ -548,11 +551,8 @@ impl WgpuEngine {
         let mut job = self.many_job(x, &ws, &plans)?;
         let repeat = repeat.max(1);
         job.repeat = repeat;
-        let before = self.stats();
-        let mut out = self.execute(job)?;
-        let after = self.stats();
-        let secs = (after.gpu_timed_calls > before.gpu_timed_calls)
-            .then(|| (after.gpu_ns - before.gpu_ns) as f64 * 1e-9 / f64::from(repeat));
+        let (mut out, gpu, _) = self.timed_execute(job)?;
+        let secs = gpu.map(|ns| ns as f64 * 1e-9 / f64::from(repeat));
         Ok((Masked::from_mixed(out.pop().expect("one product")), secs))
     }
 
