@@ -18,7 +18,7 @@ mod weights;
 
 use std::sync::Arc;
 
-pub use engine::{CallStats, Plan, WgpuConfig, WgpuEngine};
+pub use engine::{CallStats, DEFAULT_SPIN_WAIT, Plan, WgpuConfig, WgpuEngine};
 use kernels::{CpuEngine, Engine, EngineError};
 pub use select::{AdapterSpec, AdapterSummary, adapters};
 /// Adapter kinds, as [`AdapterSummary::device_type`] reports them.

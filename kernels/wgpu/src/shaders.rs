@@ -70,14 +70,15 @@ impl Tile {
         }
     }
 
-    /// A few-row tile: up to `bm` rows by `bn` columns, 4 columns per thread, 8 threads
-    /// along `K` per column group.
-    pub const fn skinny(bm: u32, bn: u32) -> Self {
+    /// A few-row tile: up to `bm` rows by `bn` columns, 4 columns per thread, `lanes`
+    /// threads along `K` per column group, each issuing `unroll` 16-byte loads per column
+    /// before using them.
+    pub const fn skinny(bm: u32, bn: u32, lanes: u32, unroll: u32) -> Self {
         Tile {
             bm,
             bn,
-            bk: 8,
-            tm: bm,
+            bk: lanes,
+            tm: unroll,
             tn: 4,
             coop: false,
             skinny: true,
@@ -133,7 +134,12 @@ impl Tile {
     pub fn is_valid(&self) -> bool {
         let t = self.threads();
         if self.skinny {
-            return self.bm > 0 && self.bm <= 16 && self.tn > 0 && self.bn % self.tn == 0 && t >= 32;
+            return self.bm > 0
+                && self.bm <= 16
+                && (1..=4).contains(&self.tm)
+                && self.tn > 0
+                && self.bn % self.tn == 0
+                && t >= 32;
         }
         if self.coop {
             return [self.bm, self.bn, self.bk]
@@ -156,7 +162,7 @@ impl Tile {
 
     pub fn name(&self) -> String {
         if self.skinny {
-            return format!("skinny{}x{}", self.bm, self.bn);
+            return format!("skinny{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm);
         }
         if self.coop {
             return format!("coop{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn);
@@ -181,16 +187,26 @@ pub const COOP_TILES: [Tile; 9] = [
     Tile::coop(16, 64, 64, 1, 2),
 ];
 
-/// Few-row tiles for decode products, one per row class up to 8 (autotuning tries the
-/// one of a product's class). A 16-row variant won some trials on the H200 by ~10 %, but
-/// trials find a small weight in L2 while a model's step streams it from HBM, and the masked
-/// Qwen3-1.7B decode step (9 rows per linear) showed no gain from it across machines; it was
-/// left out rather than kept on evidence from L2-resident timings.
-pub const SKINNY_TILES: [Tile; 4] = [
-    Tile::skinny(1, 64),
-    Tile::skinny(2, 64),
-    Tile::skinny(4, 32),
-    Tile::skinny(8, 32),
+/// Few-row tiles for decode products: per row class (1, 2, 4, 8 and 16 rows: a masked
+/// decode step's linears have 1 + 8 shield rows) the basic tile, the same issuing two
+/// loads per column ahead, and a 16-lane tile that reads 256 contiguous bytes of a weight
+/// row per step. Autotuning tries those of a product's class.
+pub const SKINNY_TILES: [Tile; 15] = [
+    Tile::skinny(1, 64, 8, 1),
+    Tile::skinny(1, 64, 8, 2),
+    Tile::skinny(1, 32, 16, 2),
+    Tile::skinny(2, 64, 8, 1),
+    Tile::skinny(2, 64, 8, 2),
+    Tile::skinny(2, 32, 16, 2),
+    Tile::skinny(4, 32, 8, 1),
+    Tile::skinny(4, 32, 8, 2),
+    Tile::skinny(4, 32, 16, 2),
+    Tile::skinny(8, 32, 8, 1),
+    Tile::skinny(8, 32, 8, 2),
+    Tile::skinny(8, 16, 16, 2),
+    Tile::skinny(16, 32, 8, 1),
+    Tile::skinny(16, 32, 8, 2),
+    Tile::skinny(16, 16, 16, 2),
 ];
 
 /// The tiles the engine chooses among, largest first. Which wins depends on the GPU (its
@@ -464,26 +480,34 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
 }
 
 /// WGSL of the few-row product (decode: a handful of rows against a large weight). The
-/// weight is streamed once: each thread owns `CPT` columns and every `L`-th element of `K`
-/// (the `L` threads of a column group read consecutive elements of a checkpoint-layout row),
-/// multiplies them with all `BM` rows of `X` (read once per element, shared by its
-/// columns), and the partial sums are reduced over the group in workgroup memory. Rows
-/// beyond `m` read as 0; products and sums are f32.
+/// weight is streamed once: each thread owns `CPT` columns and every `L`-th vector of `K`
+/// (the `L` threads of a column group read consecutive 16-byte words of a checkpoint-layout
+/// row: 4 f32 or 8 16-bit values), issues the loads of `U` such words per column before
+/// using any (enough bytes in flight to keep HBM busy with few threads), multiplies them
+/// with all `BM` rows of `X` (read once per element, shared by its columns), and the
+/// partial sums are reduced over the group in workgroup memory. Unaligned shapes and the
+/// `InOut` layout take a scalar loop. Rows beyond `m` read as 0; products and sums are f32.
 fn skinny_wgsl(key: &GemmKey) -> String {
-    let Tile { bm, bn, bk: l, tn: cpt, .. } = key.tile;
+    let Tile { bm, bn, bk: l, tm: u, tn: cpt, .. } = key.tile;
     let t = key.tile.threads();
     let mut s = String::new();
     let w = &mut s;
-    let wty = if key.wtype == WeightType::F32 { "f32" } else { "u32" };
     writeln!(
         w,
         "struct Params {{ m: u32, n: u32, k: u32, p0: u32, x_off: u32, x_ld: u32, x_bs: u32, p1: u32,
   w_off: u32, w_ld: u32, w_bs: u32, p2: u32, o_off: u32, o_ld: u32, o_bs: u32, p3: u32 }}"
     )
     .unwrap();
-    // X (and f32 weights) viewed as vec4 for the aligned path; scalar reads pick a lane.
-    let vec = key.wtype == WeightType::F32 && key.layout == WeightLayout::OutIn;
-    let wty = if vec { "vec4<f32>" } else { wty };
+    // Checkpoint-layout weights are viewed as 16-byte words for the aligned path; scalar
+    // reads pick a lane (and, for 16-bit values, a half of it).
+    let vec = key.layout == WeightLayout::OutIn;
+    let wide = key.wtype != WeightType::F32;
+    let wty = match (vec, wide) {
+        (true, false) => "vec4<f32>",
+        (true, true) => "vec4<u32>",
+        (false, false) => "f32",
+        (false, true) => "u32",
+    };
     writeln!(
         w,
         "@group(0) @binding(0) var<uniform> p: Params;
@@ -493,13 +517,14 @@ fn skinny_wgsl(key: &GemmKey) -> String {
 fn xload(e: u32) -> f32 {{ return xs[e >> 2u][e & 3u]; }}"
     )
     .unwrap();
+    let word = if vec { "ws[e >> 3u][(e >> 1u) & 3u]" } else { "ws[e >> 1u]" };
     let load = match key.wtype {
-        WeightType::F32 if vec => "ws[e >> 2u][e & 3u]",
-        WeightType::F32 => "ws[e]",
-        WeightType::F16 => "unpack2x16float(ws[e >> 1u])[e & 1u]",
-        WeightType::Bf16 => {
-            "bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u))"
-        }
+        WeightType::F32 if vec => "ws[e >> 2u][e & 3u]".to_string(),
+        WeightType::F32 => "ws[e]".to_string(),
+        WeightType::F16 => format!("unpack2x16float({word})[e & 1u]"),
+        WeightType::Bf16 => format!(
+            "bitcast<f32>(select({word} << 16u, {word} & 0xffff0000u, (e & 1u) == 1u))"
+        ),
     };
     writeln!(w, "fn wload(e: u32) -> f32 {{ return {load}; }}").unwrap();
     let acc = bm * cpt;
@@ -523,56 +548,79 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             writeln!(w, "  var a{r}_{c} = 0.0;").unwrap();
         }
     }
+    if vec {
+        // Values per 16-byte word of the weight; X rows are read as 1 or 2 vec4 per word.
+        let vw = if wide { 8 } else { 4 };
+        let (wzero, xper) = if wide { ("vec4<u32>(0u)", 2) } else { ("vec4<f32>(0.0)", 1) };
+        writeln!(
+            w,
+            "  let aligned = (p.k % {vw}u == 0u) & (p.w_ld % {vw}u == 0u) & (wb % {vw}u == 0u) & (p.x_ld % 4u == 0u) & (xb % 4u == 0u);
+  if (aligned) {{
+    let kn = p.k / {vw}u;
+    for (var k0 = lane; k0 < kn; k0 += L * {u}u) {{"
+        )
+        .unwrap();
+        // Every load of the step first, then the arithmetic.
+        for j in 0..u {
+            writeln!(w, "      let k{j} = k0 + {}u; let in{j} = k{j} < kn;", j * l).unwrap();
+            for c in 0..cpt {
+                writeln!(
+                    w,
+                    "      var w{c}_{j} = {wzero}; if (in{j} && nc + {c}u < p.n) {{ w{c}_{j} = ws[(wb + (nc + {c}u) * p.w_ld) / {vw}u + k{j}]; }}"
+                )
+                .unwrap();
+            }
+        }
+        for j in 0..u {
+            if wide {
+                for c in 0..cpt {
+                    let (lo, hi) = match key.wtype {
+                        WeightType::F16 => (
+                            format!("vec4<f32>(unpack2x16float(w{c}_{j}.x), unpack2x16float(w{c}_{j}.y))"),
+                            format!("vec4<f32>(unpack2x16float(w{c}_{j}.z), unpack2x16float(w{c}_{j}.w))"),
+                        ),
+                        _ => (
+                            format!("bitcast<vec4<f32>>(vec4<u32>(w{c}_{j}.x << 16u, w{c}_{j}.x & 0xffff0000u, w{c}_{j}.y << 16u, w{c}_{j}.y & 0xffff0000u))"),
+                            format!("bitcast<vec4<f32>>(vec4<u32>(w{c}_{j}.z << 16u, w{c}_{j}.z & 0xffff0000u, w{c}_{j}.w << 16u, w{c}_{j}.w & 0xffff0000u))"),
+                        ),
+                    };
+                    writeln!(w, "      let wl{c}_{j} = {lo}; let wh{c}_{j} = {hi};").unwrap();
+                }
+            }
+            for r in 0..bm {
+                writeln!(
+                    w,
+                    "      {{ var xl = vec4<f32>(0.0); var xh = vec4<f32>(0.0);
+        if (in{j} && m0 + {r}u < p.m) {{ let xi = (xb + (m0 + {r}u) * p.x_ld) / 4u + {xper}u * k{j}; xl = xs[xi];{} }}",
+                    if wide { " xh = xs[xi + 1u];" } else { "" }
+                )
+                .unwrap();
+                for c in 0..cpt {
+                    if wide {
+                        writeln!(w, "        a{r}_{c} += dot(xl, wl{c}_{j}) + dot(xh, wh{c}_{j});").unwrap();
+                    } else {
+                        writeln!(w, "        a{r}_{c} += dot(xl, w{c}_{j});").unwrap();
+                    }
+                }
+                writeln!(w, "      }}").unwrap();
+            }
+        }
+        writeln!(w, "    }}\n  }} else {{").unwrap();
+    }
     let widx = |c: u32| match key.layout {
         WeightLayout::OutIn => format!("wb + (nc + {c}u) * p.w_ld + k"),
         WeightLayout::InOut => format!("wb + k * p.w_ld + nc + {c}u"),
     };
-    // One step of the K loop: load each column's weight and each row's X (zero beyond the
-    // shape), then update every accumulator.
-    let step = |w: &mut String,
-                ind: &str,
-                zero: &str,
-                wl: &dyn Fn(u32) -> String,
-                xl: &dyn Fn(u32) -> String,
-                upd: &dyn Fn(u32, u32) -> String| {
-        for c in 0..cpt {
-            writeln!(w, "{ind}var w{c} = {zero}; if (nc + {c}u < p.n) {{ w{c} = {}; }}", wl(c)).unwrap();
-        }
-        for r in 0..bm {
-            writeln!(w, "{ind}var x{r} = {zero}; if (m0 + {r}u < p.m) {{ x{r} = {}; }}", xl(r)).unwrap();
-            for c in 0..cpt {
-                writeln!(w, "{ind}{}", upd(r, c)).unwrap();
-            }
-        }
-    };
-    if vec {
-        // Rows of X and W start on 16 bytes and K is a multiple of 4: one vec4 per load.
-        writeln!(
-            w,
-            "  let aligned = (p.k % 4u == 0u) & (p.w_ld % 4u == 0u) & (wb % 4u == 0u) & (p.x_ld % 4u == 0u) & (xb % 4u == 0u);
-  if (aligned) {{
-    for (var k4 = lane; k4 < p.k / 4u; k4 += L) {{"
-        )
-        .unwrap();
-        step(
-            w,
-            "      ",
-            "vec4<f32>(0.0)",
-            &|c| format!("ws[(wb + (nc + {c}u) * p.w_ld) / 4u + k4]"),
-            &|r| format!("xs[(xb + (m0 + {r}u) * p.x_ld) / 4u + k4]"),
-            &|r, c| format!("a{r}_{c} += dot(x{r}, w{c});"),
-        );
-        writeln!(w, "    }}\n  }} else {{").unwrap();
-    }
     writeln!(w, "  for (var k = lane; k < p.k; k += L) {{").unwrap();
-    step(
-        w,
-        "    ",
-        "0.0",
-        &|c| format!("wload({})", widx(c)),
-        &|r| format!("xload(xb + (m0 + {r}u) * p.x_ld + k)"),
-        &|r, c| format!("a{r}_{c} = fma(x{r}, w{c}, a{r}_{c});"),
-    );
+    for c in 0..cpt {
+        writeln!(w, "    var w{c} = 0.0; if (nc + {c}u < p.n) {{ w{c} = wload({}); }}", widx(c)).unwrap();
+    }
+    for r in 0..bm {
+        writeln!(w, "    var x{r} = 0.0; if (m0 + {r}u < p.m) {{ x{r} = xload(xb + (m0 + {r}u) * p.x_ld + k); }}").unwrap();
+        for c in 0..cpt {
+            writeln!(w, "    a{r}_{c} = fma(x{r}, w{c}, a{r}_{c});").unwrap();
+        }
+    }
     writeln!(w, "  }}").unwrap();
     if vec {
         writeln!(w, "  }}").unwrap();

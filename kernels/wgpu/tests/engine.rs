@@ -12,7 +12,7 @@ use kernels::{
     CpuEngine, Engine, EngineError, F32_UNIT_ROUNDOFF, Masked, Matrix, Precision, Weight,
     WeightData, WeightId, WeightLayout, cpu, danger,
 };
-use kernels_wgpu::{Plan, WgpuConfig, WgpuEngine, open_engine};
+use kernels_wgpu::{Plan, WgpuConfig, WgpuEngine, open_engine, shaders::Tile};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -187,6 +187,63 @@ fn every_plan_computes_the_same_product() {
             );
         }
     }
+}
+
+#[test]
+fn every_few_row_tile_reads_aligned_and_ragged_checkpoint_weights() {
+    // The few-row kernel's 16-byte path (4 f32 or 8 16-bit values per load, several loads
+    // ahead) and its scalar fallback: K = 520 is whole words with a ragged last step of the
+    // unrolled loop, K = 83 is no whole word at all; 1 and 9 rows (a masked decode linear).
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
+    let cpu = CpuEngine::new();
+    let skinny: Vec<Tile> = gpu.tiles().iter().copied().filter(|t| t.skinny).collect();
+    assert!(skinny.len() >= 10, "few-row tiles offered: {skinny:?}");
+    for k in [520, 83] {
+        let mut ws = Vec::new();
+        for data in ["f32", "f16", "bf16"] {
+            let w = weight(k, 37, WeightLayout::OutIn, 31);
+            let data_w = match data {
+                "f16" => WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()),
+                "bf16" => WeightData::Bf16(w.data.to_f32().iter().map(|&v| bf16::from_f32(v)).collect()),
+                _ => w.data.clone(),
+            };
+            let w = Weight { data: data_w, ..w };
+            let name = id(&format!("few.{k}.{data}"));
+            gpu.register(name.clone(), w.clone()).unwrap();
+            cpu.register(name.clone(), w.clone()).unwrap();
+            ws.push((name, w));
+        }
+        let ids: Vec<WeightId> = ws.iter().map(|(n, _)| n.clone()).collect();
+        for rows in [1, 9] {
+            let x = random(rows, k, 32);
+            let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
+            for &tile in &skinny {
+                gpu.pin(Some(Plan::new(tile))).unwrap();
+                let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
+                for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
+                    assert_product(&format!("{name} rows={rows} {}", tile.name()), g.matrix(), e.matrix(), &x, &dense(w));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_spinning_wait_returns_every_product() {
+    // Polling without sleeping (the default on hardware GPUs; lavapipe defaults to blocking)
+    // must collect both mapping callbacks of every call, short and long.
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig { spin_wait: Some(std::time::Duration::from_millis(1)), ..WgpuConfig::default() }).unwrap();
+    let cpu = CpuEngine::new();
+    let w = weight(300, 70, WeightLayout::OutIn, 41);
+    gpu.register(id("spin.w"), w.clone()).unwrap();
+    cpu.register(id("spin.w"), w.clone()).unwrap();
+    for rows in [1, 9, 700] {
+        let x = random(rows, 300, 42);
+        let got = gpu.matmul(&plain(&x), &id("spin.w")).unwrap();
+        let want = cpu.matmul(&plain(&x), &id("spin.w")).unwrap();
+        assert_product(&format!("spin rows={rows}"), got.matrix(), want.matrix(), &x, &dense(&w));
+    }
+    assert_eq!(gpu.stats().calls, 3);
 }
 
 #[test]
