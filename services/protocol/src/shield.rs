@@ -41,13 +41,92 @@ impl ShieldConfig {
 /// run in parallel: at decode a linear's input is one real row under `k` shield rows, and
 /// drawing those `k·d` Gaussians on one core was a quarter of a masked Qwen3-1.7B decode step.
 pub fn fill(out: &mut [f32], h: &[f32], d: usize, energy: f32, rng: &mut impl Rng) {
-    if out.is_empty() {
-        return;
-    }
     if energy == 0.0 {
         out.iter_mut().for_each(|v| *v = 0.0);
         return;
     }
+    draw_gaussians(out, rng);
+    scale_rows(out, h, d, energy);
+}
+
+/// Standard Gaussians drawn ahead of use, so that the draws of a linear's shield rows can
+/// run while the engine works on the previous linear (the TEE's cores are idle then) rather
+/// than before the next engine call. The values depend on nothing but the CSPRNG; rows are
+/// scaled to their energy only when taken. Zeroized when dropped.
+#[derive(Default)]
+pub struct Spare {
+    values: Vec<f32>,
+    /// The most values one call has asked for: what [`Spare::top_up`] refills to.
+    want: usize,
+}
+
+impl Spare {
+    /// Values ready to be taken.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Draws what is missing to hold as many values as the largest call so far took.
+    pub fn top_up(&mut self, rng: &mut impl Rng) {
+        let have = self.values.len();
+        if have >= self.want {
+            return;
+        }
+        self.values.resize(self.want, 0.0);
+        draw_gaussians(&mut self.values[have..], rng);
+    }
+
+    /// [`fill`], taking the Gaussians from the spare (drawing only what it lacks).
+    pub fn fill(&mut self, out: &mut [f32], h: &[f32], d: usize, energy: f32, rng: &mut impl Rng) {
+        if energy == 0.0 {
+            out.iter_mut().for_each(|v| *v = 0.0);
+            return;
+        }
+        self.want = self.want.max(out.len());
+        let take = self.values.len().min(out.len());
+        let from = self.values.len() - take;
+        out[..take].copy_from_slice(&self.values[from..]);
+        self.values[from..].zeroize();
+        self.values.truncate(from);
+        draw_gaussians(&mut out[take..], rng);
+        scale_rows(out, h, d, energy);
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        self.values.zeroize();
+    }
+}
+
+/// Standard Gaussians into `out`, in pieces of at most [`PIECE`] values each drawn from its
+/// own ChaCha12 stream keyed from `rng` (in parallel when there are many).
+fn draw_gaussians(out: &mut [f32], rng: &mut impl Rng) {
+    if out.is_empty() {
+        return;
+    }
+    let mut seeds: Vec<[u8; 32]> = (0..out.len().div_ceil(PIECE)).map(|_| rng.random()).collect();
+    let draw = |(piece, seed): (&mut [f32], &[u8; 32])| {
+        let mut rng = ChaCha12Rng::from_seed(*seed);
+        for v in piece.iter_mut() {
+            *v = StandardNormal.sample(&mut rng);
+        }
+    };
+    // Below a few thousand draws a fork costs more than it saves.
+    if out.len() >= PARALLEL_DRAWS {
+        out.par_chunks_mut(PIECE).zip(seeds.par_iter()).for_each(draw);
+    } else {
+        out.chunks_mut(PIECE).zip(seeds.iter()).for_each(draw);
+    }
+    seeds.zeroize();
+}
+
+/// Scales every `d`-wide row of `out` to norm `energy ×` the mean row norm of `h`.
+fn scale_rows(out: &mut [f32], h: &[f32], d: usize, energy: f32) {
     let n = (h.len() / d).max(1);
     let mean_norm = h
         .chunks_exact(d)
@@ -55,34 +134,11 @@ pub fn fill(out: &mut [f32], h: &[f32], d: usize, energy: f32, rng: &mut impl Rn
         .sum::<f64>()
         / n as f64;
     let target = (energy as f64 * mean_norm).max(f64::MIN_POSITIVE);
-    // Rows are drawn in pieces of at most PIECE values, each from its own stream, so even
-    // one sequence's few rows spread over the cores; a row is scaled once all its pieces
-    // are drawn.
-    let per_row = d.div_ceil(PIECE);
-    let mut seeds: Vec<[u8; 32]> = (0..out.len() / d * per_row).map(|_| rng.random()).collect();
-    let draw = |(piece, seed): (&mut [f32], &[u8; 32])| -> f64 {
-        let mut rng = ChaCha12Rng::from_seed(*seed);
-        let mut sq = 0.0f64;
-        for v in piece.iter_mut() {
-            let g: f32 = StandardNormal.sample(&mut rng);
-            *v = g;
-            sq += (g as f64) * (g as f64);
-        }
-        sq
-    };
-    // Below a few thousand draws a fork costs more than it saves.
-    let parallel = out.len() >= PARALLEL_DRAWS;
-    let pieces: Vec<&mut [f32]> = out.chunks_exact_mut(d).flat_map(|row| row.chunks_mut(PIECE)).collect();
-    let sq: Vec<f64> = if parallel {
-        pieces.into_par_iter().zip(seeds.par_iter()).map(draw).collect()
-    } else {
-        pieces.into_iter().zip(seeds.iter()).map(draw).collect()
-    };
-    for (row, sq) in out.chunks_exact_mut(d).zip(sq.chunks(per_row)) {
-        let f = (target / sq.iter().sum::<f64>().sqrt().max(f64::MIN_POSITIVE)) as f32;
+    for row in out.chunks_exact_mut(d) {
+        let sq = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>();
+        let f = (target / sq.sqrt().max(f64::MIN_POSITIVE)) as f32;
         row.iter_mut().for_each(|v| *v *= f);
     }
-    seeds.zeroize();
 }
 
 /// Values per independently seeded piece of a shield row.
@@ -116,7 +172,46 @@ mod tests {
             }
         }
         let mut zero = vec![1.0f32; 16];
+        let mut spare = Spare::default();
+        spare.fill(&mut zero, &[1.0; 8], 8, 0.0, &mut rng);
+        assert!(zero.iter().all(|&v| v == 0.0) && spare.is_empty());
         fill(&mut zero, &[1.0; 8], 8, 0.0, &mut rng);
         assert!(zero.iter().all(|&v| v == 0.0));
+    }
+
+    /// Drawn-ahead values give rows of the target energy, are taken once (never handed out
+    /// twice), and the spare refills to the largest call it has served.
+    #[test]
+    fn spare_values_are_used_once_and_refilled_to_the_largest_call() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(5);
+        let d = 300;
+        let h: Vec<f32> = (0..d).map(|i| (i % 7) as f32 - 3.0).collect();
+        let norm = h.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt();
+        let mut spare = Spare::default();
+        let mut first = vec![0.0f32; 4 * d];
+        spare.fill(&mut first, &h, d, 2.0, &mut rng);
+        assert!(spare.is_empty(), "nothing was drawn ahead yet");
+        spare.top_up(&mut rng);
+        assert_eq!(spare.len(), 4 * d);
+        let mut seen: Vec<f32> = Vec::new();
+        for rows in [2usize, 4, 1] {
+            let mut out = vec![0.0f32; rows * d];
+            spare.fill(&mut out, &h, d, 2.0, &mut rng);
+            for row in out.chunks(d) {
+                let n = row.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt();
+                assert!((n / (2.0 * norm) - 1.0).abs() < 1e-5, "row norm {n} vs {}", 2.0 * norm);
+                // A row's direction never repeats an earlier row's (values reused would).
+                let cos = |a: &[f32], b: &[f32]| {
+                    let dot: f64 = a.iter().zip(b).map(|(x, y)| (x * y) as f64).sum();
+                    dot / (a.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt() * b.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt())
+                };
+                for old in seen.chunks(d) {
+                    assert!(cos(row, old).abs() < 0.5, "a shield row repeats an earlier one");
+                }
+            }
+            seen.extend_from_slice(&out);
+            spare.top_up(&mut rng);
+            assert_eq!(spare.len(), 4 * d, "refilled to the largest call (4 rows)");
+        }
     }
 }

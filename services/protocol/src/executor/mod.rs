@@ -256,6 +256,9 @@ pub struct MaskedExecutor {
     /// Engine throughput (flop/s) for the Auto cost model, measured on first use.
     engine_rate: OnceLock<f64>,
     times: TeeTimes,
+    /// Shield Gaussians drawn ahead, one spare per sequence, handed from pass to pass so a
+    /// step's first linear finds its draws done too (see [`shield::Spare`]).
+    spares: Mutex<Vec<shield::Spare>>,
 }
 
 /// Cumulative TEE time of a masked executor's protocol work, for benchmarks: where a masked
@@ -295,6 +298,7 @@ impl MaskedExecutor {
             integrity: Integrity::default(),
             engine_rate: OnceLock::new(),
             times: TeeTimes::default(),
+            spares: Mutex::default(),
         })
     }
 
@@ -406,7 +410,14 @@ impl Executor for MaskedExecutor {
                 BlockMask::sample(family, mask::order(family, n, k), &mut rng)
             })
             .collect();
-        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), masks, rng }))
+        let spares = {
+            let mut kept = self.spares.lock().expect("poisoned");
+            let from = kept.len().saturating_sub(blocks.len());
+            let mut spares = kept.split_off(from);
+            spares.resize_with(blocks.len(), shield::Spare::default);
+            spares
+        };
+        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), masks, rng, spares }))
     }
 
     fn scheme(&self) -> Scheme {
@@ -429,7 +440,12 @@ struct MaskedPass<'a> {
     blocks: Vec<usize>,
     masks: Vec<BlockMask>,
     rng: ChaCha20Rng,
+    /// One per sequence.
+    spares: Vec<shield::Spare>,
 }
+
+/// Spares kept between passes (the most sequences of a batch one executor serves at once).
+const MAX_SPARES: usize = 256;
 
 impl MaskedPass<'_> {
     /// `U = blockdiag(A_i)·[H_i; S_i]` for all sequences, stacked. Sequences are masked in
@@ -453,14 +469,14 @@ impl MaskedPass<'_> {
             u_rest = ur;
         }
         let energy = self.exec.cfg.shield.energy;
-        let work = |((mask, (hb, ub)), seed): ((&BlockMask, (&[f32], &mut [f32])), [u8; 32])| {
+        let work = |(((mask, (hb, ub)), seed), spare): (((&BlockMask, (&[f32], &mut [f32])), [u8; 32]), &mut shield::Spare)| {
             let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
             let mut shield = vec![0.0f32; (mask.order() - hb.len() / d.max(1)) * d];
-            shield::fill(&mut shield, hb, d, energy, &mut rng);
+            spare.fill(&mut shield, hb, d, energy, &mut rng);
             mask.apply(hb, &shield, d, ub);
             zeroize::Zeroize::zeroize(&mut shield);
         };
-        let jobs: Vec<_> = self.masks.iter().zip(parts).zip(seeds).collect();
+        let jobs: Vec<_> = self.masks.iter().zip(parts).zip(seeds).zip(self.spares.iter_mut()).collect();
         if jobs.len() > 1 {
             jobs.into_par_iter().for_each(work);
         } else {
@@ -533,8 +549,20 @@ impl Pass for MaskedPass<'_> {
         let t = Instant::now();
         let u = Masked::from_mixed(self.mask_input(h));
         self.exec.times.mask_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        // 2. The engine multiplies U by each public weight.
-        let zs = self.exec.engine.matmul_many(&u, ids)?;
+        // 2. The engine multiplies U by each public weight; meanwhile idle cores draw the
+        //    next linear's shield Gaussians.
+        let engine = &self.exec.engine;
+        let seeds: Vec<[u8; 32]> = self.spares.iter().map(|_| rand::RngExt::random(&mut self.rng)).collect();
+        let spares = &mut self.spares;
+        let (zs, ()) = rayon::join(
+            || engine.matmul_many(&u, ids),
+            || {
+                spares.par_iter_mut().zip(seeds).for_each(|(spare, seed)| {
+                    spare.top_up(&mut rand_chacha::ChaCha12Rng::from_seed(seed));
+                })
+            },
+        );
+        let zs = zs?;
         let t = Instant::now();
         // 3. Check each product (when U-Verify is on), then unmask and strip shields (the
         //    products in parallel).
@@ -596,6 +624,9 @@ impl Drop for MaskedPass<'_> {
         // state (which determined the masks) does not linger either.
         self.masks.clear();
         self.rng = ChaCha20Rng::from_seed([0; 32]);
+        let mut kept = self.exec.spares.lock().expect("poisoned");
+        let room = MAX_SPARES.saturating_sub(kept.len());
+        kept.extend(self.spares.drain(..).take(room));
     }
 }
 
