@@ -8,7 +8,7 @@ use std::{path::PathBuf, sync::Arc, time::Instant};
 
 use anyhow::{bail, Result};
 use kernels::{timing::TimedEngine, Engine};
-use kernels_wgpu::{WgpuConfig, WgpuEngine};
+use kernels_wgpu::{CallStats, WgpuConfig, WgpuEngine};
 use models::{
     bert::Encoded,
     random::{self, Arch},
@@ -50,6 +50,14 @@ pub struct ModelArgs {
     /// Timed repetitions per cell (medians reported).
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Storage of the random f32 weights on a Vulkan engine: f32, f16 or bf16 (bf16 is how
+    /// Qwen3 checkpoints ship; each value is rounded once, at registration).
+    #[arg(long, default_value = "f32")]
+    weights: String,
+    /// Microseconds an engine call polls the GPU without sleeping before it blocks
+    /// (default: the engine's, 1000 on hardware GPUs).
+    #[arg(long)]
+    engine_spin_us: Option<u64>,
 }
 
 struct Side {
@@ -71,9 +79,11 @@ struct Sample {
     /// Masked side only: shield rows and mask application, then check and recovery.
     mask: f64,
     recover: f64,
+    /// Vulkan engine only: the calls' own accounting (zero elsewhere).
+    calls: CallStats,
 }
 
-struct Mark(Instant, f64, ProtocolSeconds, f64);
+struct Mark(Instant, f64, ProtocolSeconds, f64, CallStats);
 
 impl Side {
     fn protocol(&self) -> ProtocolSeconds {
@@ -87,8 +97,12 @@ impl Side {
         }
     }
 
+    fn call_stats(&self) -> CallStats {
+        self.gpu.as_ref().map(|g| g.stats()).unwrap_or_default()
+    }
+
     fn mark(&self) -> Mark {
-        Mark(Instant::now(), self.timed.seconds(), self.protocol(), self.kernel_seconds())
+        Mark(Instant::now(), self.timed.seconds(), self.protocol(), self.kernel_seconds(), self.call_stats())
     }
 
     fn since(&self, m: &Mark) -> Sample {
@@ -99,6 +113,7 @@ impl Side {
             kernels: self.kernel_seconds() - m.3,
             mask: p.mask - m.2.mask,
             recover: p.recover - m.2.recover,
+            calls: self.call_stats().since(&m.4),
         }
     }
 }
@@ -128,7 +143,18 @@ fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
         let (inner, gpu): (Arc<dyn Engine>, _) = if a.engine.trim().eq_ignore_ascii_case("cpu") {
             (Arc::new(kernels::CpuEngine::new()), None)
         } else {
-            let g = Arc::new(WgpuEngine::open(&a.engine, WgpuConfig::default())?);
+            let f32_weights_as = match a.weights.as_str() {
+                "f32" => kernels::Precision::F32,
+                "f16" => kernels::Precision::F16,
+                "bf16" => kernels::Precision::Bf16,
+                other => bail!("--weights {other}: expected f32, f16 or bf16"),
+            };
+            let cfg = WgpuConfig {
+                f32_weights_as,
+                spin_wait: a.engine_spin_us.map(std::time::Duration::from_micros),
+                ..WgpuConfig::default()
+            };
+            let g = Arc::new(WgpuEngine::open(&a.engine, cfg)?);
             (g.clone(), Some(g))
         };
         let timed = Arc::new(TimedEngine::new(inner));
@@ -215,6 +241,32 @@ pub fn run(a: ModelArgs) -> Result<()> {
     Ok(())
 }
 
+/// Per engine call of the median run: calls per step (or pass), then microseconds of host packing and
+/// submission, of waiting beyond the kernels, of the kernels (GPU timestamps) and of copying
+/// results out; `None` off the Vulkan engine.
+fn call_breakdown(v: &[Sample], steps: usize) -> Option<String> {
+    let mid = {
+        let mut by: Vec<&Sample> = v.iter().collect();
+        by.sort_by(|x, y| x.secs.total_cmp(&y.secs));
+        by[by.len() / 2]
+    };
+    let c = mid.calls;
+    if c.calls == 0 {
+        return None;
+    }
+    let per = |ns: u64| ns as f64 / c.calls as f64 / 1e3;
+    Some(format!(
+        "{:.0} calls/step; per call {:.1} µs host, {:.1} µs waiting beyond the kernels, {:.1} µs kernels, {:.1} µs read-back; {:.0} KiB up, {:.0} KiB down",
+        c.calls as f64 / steps.max(1) as f64,
+        per(c.host_ns),
+        per(c.wait_ns.saturating_sub(c.gpu_ns)),
+        per(c.gpu_ns),
+        per(c.readback_ns),
+        c.bytes_up as f64 / c.calls as f64 / 1024.0,
+        c.bytes_down as f64 / c.calls as f64 / 1024.0,
+    ))
+}
+
 /// Times plain and masked alternately and prints one row.
 #[allow(clippy::too_many_arguments)]
 fn cells(
@@ -237,6 +289,11 @@ fn cells(
         sm.push(masked()?);
     }
     let (tp, tm) = (median(sp.iter().map(|s| s.secs).collect()), median(sm.iter().map(|s| s.secs).collect()));
+    for (side, v) in [("plain", &sp), ("masked", &sm)] {
+        if let Some(line) = call_breakdown(v, 1) {
+            eprintln!("{name} {b} × {n} {side} (per pass): {line}");
+        }
+    }
     println!("| {name} | {b} × {n} | {:.1} | {:.1} | {:.3} | {} |", b as f64 / tp, b as f64 / tm, tm / tp, shares(&sp, &sm));
     Ok(())
 }
@@ -339,6 +396,11 @@ fn decode_table(
         }
         let (tp, tm) = (median(sp.iter().map(|s| s.secs).collect()), median(sm.iter().map(|s| s.secs).collect()));
         let toks = (b * a.steps) as f64;
+        for (side, v) in [("plain", &sp), ("masked", &sm)] {
+            if let Some(line) = call_breakdown(v, a.steps) {
+                eprintln!("{name} B = {b} {side}: {line}");
+            }
+        }
         println!(
             "| {name} | {b} | {} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {} |",
             a.prompt,
