@@ -135,6 +135,21 @@ impl Engine for CpuEngine {
     }
 }
 
+/// Flops below which splitting TEE work over rayon's pool costs more than it saves. A fork
+/// wakes sleeping workers, and on a virtual machine's vCPUs a wake-up takes tens of
+/// microseconds, about what one core needs for this much arithmetic. A decode step runs
+/// hundreds of operations far smaller than this (norms, residuals, one row's attention).
+pub const PAR_MIN_FLOPS: usize = 1 << 20;
+
+/// Element updates below which a parallel elementwise pass costs more than it saves (see
+/// [`PAR_MIN_FLOPS`]): the least length of one parallel piece.
+pub const PAR_MIN_LEN: usize = 1 << 15;
+
+/// Whether work of `flops` is worth a rayon fork.
+pub fn worth_parallel(flops: usize) -> bool {
+    flops >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1
+}
+
 /// Up to this many rows, products stream the weight once (`small_m`) instead of packing
 /// it for a blocked GEMM: decode steps (one row plus shield rows) are weight-bandwidth
 /// bound, and packing would read and write the whole weight again.
@@ -370,7 +385,7 @@ fn sgemm_impl(
     let max_b = (k - 1) * b_strides.0 + (n - 1) * b_strides.1;
     assert!(max_a < a.len() && max_b < b.len(), "sgemm operand too small for its strides");
     let flops = 2 * m * n * k;
-    let par = if flops >= 1 << 20 && rayon::current_num_threads() > 1 {
+    let par = if worth_parallel(flops) {
         gemm::Parallelism::Rayon(rayon::current_num_threads())
     } else {
         gemm::Parallelism::None

@@ -1,13 +1,13 @@
 //! TEE-side tensor operations: norms, activations, RoPE, pooling. Everything here runs on
 //! plaintext inside the CVM and never reaches the engine.
 
-use kernels::Matrix;
+use kernels::{cpu::PAR_MIN_LEN, Matrix};
 use rayon::prelude::*;
 
 /// `x ← LayerNorm(x)·w + b`, row by row.
 pub fn layer_norm(x: &mut Matrix, w: &[f32], b: &[f32], eps: f32) {
     let d = x.cols();
-    x.as_mut_slice().par_chunks_mut(d).for_each(|row| {
+    x.as_mut_slice().par_chunks_mut(d).with_min_len(rows_per_piece(d)).for_each(|row| {
         let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
         let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
         let inv = 1.0 / (var + eps as f64).sqrt();
@@ -15,6 +15,11 @@ pub fn layer_norm(x: &mut Matrix, w: &[f32], b: &[f32], eps: f32) {
             *v = ((*v as f64 - mean) * inv) as f32 * wi + bi;
         }
     });
+}
+
+/// Rows of width `d` per parallel piece: decode's few rows stay on the calling thread.
+fn rows_per_piece(d: usize) -> usize {
+    PAR_MIN_LEN.div_ceil(d.max(1))
 }
 
 /// RMSNorm of one row into `out`.
@@ -33,6 +38,7 @@ pub fn rms_norm(x: &Matrix, w: &[f32], eps: f32) -> Matrix {
     out.as_mut_slice()
         .par_chunks_mut(d)
         .zip(x.as_slice().par_chunks(d))
+        .with_min_len(rows_per_piece(d))
         .for_each(|(o, r)| rms_norm_row(r, w, eps, o));
     out
 }
@@ -40,24 +46,25 @@ pub fn rms_norm(x: &Matrix, w: &[f32], eps: f32) -> Matrix {
 /// Adds `bias` to every row.
 pub fn add_bias(x: &mut Matrix, bias: &[f32]) {
     let d = x.cols();
-    x.as_mut_slice().par_chunks_mut(d).for_each(|row| row.iter_mut().zip(bias).for_each(|(v, b)| *v += b));
+    x.as_mut_slice().par_chunks_mut(d).with_min_len(rows_per_piece(d)).for_each(|row| row.iter_mut().zip(bias).for_each(|(v, b)| *v += b));
 }
 
 /// `x ← x + y`.
 pub fn add_in_place(x: &mut Matrix, y: &Matrix) {
-    x.as_mut_slice().par_iter_mut().zip(y.as_slice().par_iter()).for_each(|(a, b)| *a += b);
+    x.as_mut_slice().par_iter_mut().zip(y.as_slice().par_iter()).with_min_len(PAR_MIN_LEN).for_each(|(a, b)| *a += b);
 }
 
 /// Exact GELU, `x·Φ(x)` (BERT's `gelu`).
 pub fn gelu(x: &mut Matrix) {
     x.as_mut_slice()
         .par_iter_mut()
+        .with_min_len(PAR_MIN_LEN)
         .for_each(|v| *v = 0.5 * *v * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2)));
 }
 
 /// `silu(gate) ⊙ up`, into `gate`.
 pub fn swiglu(gate: &mut Matrix, up: &Matrix) {
-    gate.as_mut_slice().par_iter_mut().zip(up.as_slice().par_iter()).for_each(|(g, &u)| {
+    gate.as_mut_slice().par_iter_mut().zip(up.as_slice().par_iter()).with_min_len(PAR_MIN_LEN).for_each(|(g, &u)| {
         *g = *g / (1.0 + (-*g).exp()) * u;
     });
 }

@@ -40,7 +40,13 @@ pub fn attend_plain(head: &Head<'_>, scale: f32, causal: Causal) -> Matrix {
 /// sequence), a batch's heads together are not.
 pub fn attend_all(heads: &[Head<'_>], scale: f32, causal: Causal) -> Vec<Matrix> {
     use rayon::prelude::*;
-    heads.par_iter().map(|h| attend_plain(h, scale, causal)).collect()
+    // A decode step's heads (one query row each) are cheaper than waking the pool.
+    let flops: usize = heads.iter().map(|h| 2 * h.q.rows() * h.k.rows() * (h.q.cols() + h.v.cols())).sum();
+    if cpu::worth_parallel(flops) {
+        heads.par_iter().map(|h| attend_plain(h, scale, causal)).collect()
+    } else {
+        heads.iter().map(|h| attend_plain(h, scale, causal)).collect()
+    }
 }
 
 /// Row softmax of `scale·scores`, with keys beyond each query's causal horizon excluded.

@@ -444,6 +444,11 @@ struct MaskedPass<'a> {
     spares: Vec<shield::Spare>,
 }
 
+/// Multiply–adds ×2 of recovering `d`-wide products of every block (`n_i` rows of `A_iᵀ·Z_i`).
+fn recover_flops(masks: &[BlockMask], blocks: &[usize], d: usize) -> usize {
+    masks.iter().zip(blocks).map(|(m, &n)| 2 * n * m.order() * d).sum()
+}
+
 /// Spares kept between passes (the most sequences of a batch one executor serves at once).
 const MAX_SPARES: usize = 256;
 
@@ -477,7 +482,9 @@ impl MaskedPass<'_> {
             zeroize::Zeroize::zeroize(&mut shield);
         };
         let jobs: Vec<_> = self.masks.iter().zip(parts).zip(seeds).zip(self.spares.iter_mut()).collect();
-        if jobs.len() > 1 {
+        // A decode step's blocks (one row under k shield rows each) are cheaper than a fork.
+        let flops: usize = orders.iter().map(|&s| 2 * s * s * d).sum();
+        if jobs.len() > 1 && kernels::cpu::worth_parallel(flops) {
             jobs.into_par_iter().for_each(work);
         } else {
             jobs.into_iter().for_each(work);
@@ -502,7 +509,12 @@ impl MaskedPass<'_> {
             z_rest = zr;
             out_rest = or;
         }
-        jobs.into_par_iter().for_each(|(mask, zb, n, ob)| mask.recover(zb, d, n, ob));
+        let recover = |(mask, zb, n, ob): (&BlockMask, &[f32], usize, &mut [f32])| mask.recover(zb, d, n, ob);
+        if kernels::cpu::worth_parallel(recover_flops(&self.masks, &self.blocks, d)) {
+            jobs.into_par_iter().for_each(recover);
+        } else {
+            jobs.into_iter().for_each(recover);
+        }
         out
     }
 
@@ -589,7 +601,12 @@ impl Pass for MaskedPass<'_> {
         // U and the products are masked data: their buffers go back to the pool.
         self.exec.engine.recycle(u.into_matrix().into_vec());
         let this = &*self;
-        let out = checked.par_iter().map(|z| this.recover(z)).collect();
+        let flops: usize = checked.iter().map(|z| recover_flops(&self.masks, &self.blocks, z.cols())).sum();
+        let out = if kernels::cpu::worth_parallel(flops) {
+            checked.par_iter().map(|z| this.recover(z)).collect()
+        } else {
+            checked.iter().map(|z| this.recover(z)).collect()
+        };
         checked.into_iter().for_each(|z| self.exec.engine.recycle(z.into_vec()));
         self.exec.times.recover_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(out)

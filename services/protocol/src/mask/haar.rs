@@ -26,6 +26,8 @@ pub(crate) fn householder_q(s: usize, rng: &mut impl Rng, sign_fix: bool) -> Mat
         .collect();
     let mut vs: Vec<Vec<f64>> = Vec::with_capacity(s);
     let mut signs = vec![1.0f64; s];
+    // The QR is ~(4/3)s³ flops: at decode's s = 9 a fork per reflector costs far more.
+    let par = kernels::cpu::worth_parallel(2 * s * s * s);
 
     // 1. Factor: for column j, the reflector v_j zeroes rows j+1.. of the column.
     for j in 0..s {
@@ -40,7 +42,11 @@ pub(crate) fn householder_q(s: usize, rng: &mut impl Rng, sign_fix: bool) -> Mat
         if vnorm > 0.0 {
             v.iter_mut().for_each(|a| *a /= vnorm);
         }
-        tail.par_iter_mut().for_each(|c| reflect(&v, &mut c[j..]));
+        if par {
+            tail.par_iter_mut().for_each(|c| reflect(&v, &mut c[j..]));
+        } else {
+            tail.iter_mut().for_each(|c| reflect(&v, &mut c[j..]));
+        }
         vs.push(v);
     }
     cols.iter_mut().for_each(|c| c.zeroize());
@@ -55,7 +61,11 @@ pub(crate) fn householder_q(s: usize, rng: &mut impl Rng, sign_fix: bool) -> Mat
         .collect();
     for j in (0..s).rev() {
         let v = &vs[j];
-        q[j..].par_iter_mut().for_each(|c| reflect(v, &mut c[j..]));
+        if par {
+            q[j..].par_iter_mut().for_each(|c| reflect(v, &mut c[j..]));
+        } else {
+            q[j..].iter_mut().for_each(|c| reflect(v, &mut c[j..]));
+        }
     }
     vs.iter_mut().for_each(|v| v.zeroize());
 
