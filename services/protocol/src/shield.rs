@@ -80,20 +80,29 @@ impl Spare {
         draw_gaussians(&mut self.values[have..], rng);
     }
 
-    /// [`fill`], taking the Gaussians from the spare (drawing only what it lacks).
-    pub fn fill(&mut self, out: &mut [f32], h: &[f32], d: usize, energy: f32, rng: &mut impl Rng) {
+    /// Lends `len` standard Gaussians (`len / d` rows of width `d`) from the spare, drawing
+    /// what it lacks, with each row's factor to norm `energy ×` the mean row norm of `h`:
+    /// `f` applies the scaled rows without their being copied or scaled in memory (a dense
+    /// mask folds the factors into its own columns). The values are zeroized and gone when
+    /// `f` returns, so none is lent twice.
+    pub fn lend<R>(&mut self, len: usize, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng, f: impl FnOnce(&[f32], &[f32]) -> R) -> R {
         if energy == 0.0 {
-            out.iter_mut().for_each(|v| *v = 0.0);
-            return;
+            return f(&vec![0.0; len], &vec![0.0; len / d.max(1)]);
         }
-        self.want = self.want.max(out.len());
-        let take = self.values.len().min(out.len());
-        let from = self.values.len() - take;
-        out[..take].copy_from_slice(&self.values[from..]);
+        self.want = self.want.max(len);
+        let have = self.values.len();
+        if have < len {
+            self.values.resize(len, 0.0);
+            draw_gaussians(&mut self.values[have..], rng);
+        }
+        let from = self.values.len() - len;
+        let rows = &self.values[from..];
+        let target = target_norm(h, d, energy);
+        let factors: Vec<f32> = rows.chunks_exact(d).map(|r| row_factor(r, target)).collect();
+        let out = f(rows, &factors);
         self.values[from..].zeroize();
         self.values.truncate(from);
-        draw_gaussians(&mut out[take..], rng);
-        scale_rows(out, h, d, energy);
+        out
     }
 }
 
@@ -125,18 +134,29 @@ fn draw_gaussians(out: &mut [f32], rng: &mut impl Rng) {
     seeds.zeroize();
 }
 
+/// `Σ x_i²`: SIMD f32 partial sums over pieces of 256, added in f64 (a plain f64 sum is
+/// one dependent add per element, and it was most of a decode step's mask time).
+fn sum_squares(x: &[f32]) -> f64 {
+    x.chunks(256).map(|c| kernels::simd::dot(c, c) as f64).sum()
+}
+
+/// A shield row's norm: `energy ×` the mean `d`-wide row norm of `h`.
+fn target_norm(h: &[f32], d: usize, energy: f32) -> f64 {
+    let n = (h.len() / d.max(1)).max(1);
+    let mean_norm = h.chunks_exact(d.max(1)).map(|r| sum_squares(r).sqrt()).sum::<f64>() / n as f64;
+    (energy as f64 * mean_norm).max(f64::MIN_POSITIVE)
+}
+
+/// The factor that brings `row` to norm `target`.
+fn row_factor(row: &[f32], target: f64) -> f32 {
+    (target / sum_squares(row).sqrt().max(f64::MIN_POSITIVE)) as f32
+}
+
 /// Scales every `d`-wide row of `out` to norm `energy ×` the mean row norm of `h`.
 fn scale_rows(out: &mut [f32], h: &[f32], d: usize, energy: f32) {
-    let n = (h.len() / d).max(1);
-    let mean_norm = h
-        .chunks_exact(d)
-        .map(|r| r.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>().sqrt())
-        .sum::<f64>()
-        / n as f64;
-    let target = (energy as f64 * mean_norm).max(f64::MIN_POSITIVE);
+    let target = target_norm(h, d, energy);
     for row in out.chunks_exact_mut(d) {
-        let sq = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>();
-        let f = (target / sq.sqrt().max(f64::MIN_POSITIVE)) as f32;
+        let f = row_factor(row, target);
         row.iter_mut().for_each(|v| *v *= f);
     }
 }
@@ -173,10 +193,15 @@ mod tests {
         }
         let mut zero = vec![1.0f32; 16];
         let mut spare = Spare::default();
-        spare.fill(&mut zero, &[1.0; 8], 8, 0.0, &mut rng);
-        assert!(zero.iter().all(|&v| v == 0.0) && spare.is_empty());
+        let lent_zero = lent(&mut spare, 16, &[1.0; 8], 8, 0.0, &mut rng);
+        assert!(lent_zero.iter().all(|&v| v == 0.0) && spare.is_empty());
         fill(&mut zero, &[1.0; 8], 8, 0.0, &mut rng);
         assert!(zero.iter().all(|&v| v == 0.0));
+    }
+
+    /// The rows `Spare::lend` hands out, scaled by their factors.
+    fn lent(spare: &mut Spare, len: usize, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng) -> Vec<f32> {
+        spare.lend(len, h, d, energy, rng, |g, f| g.chunks(d).zip(f).flat_map(|(row, &fi)| row.iter().map(move |v| v * fi)).collect())
     }
 
     /// Drawn-ahead values give rows of the target energy, are taken once (never handed out
@@ -188,15 +213,13 @@ mod tests {
         let h: Vec<f32> = (0..d).map(|i| (i % 7) as f32 - 3.0).collect();
         let norm = h.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt();
         let mut spare = Spare::default();
-        let mut first = vec![0.0f32; 4 * d];
-        spare.fill(&mut first, &h, d, 2.0, &mut rng);
+        lent(&mut spare, 4 * d, &h, d, 2.0, &mut rng);
         assert!(spare.is_empty(), "nothing was drawn ahead yet");
         spare.top_up(&mut rng);
         assert_eq!(spare.len(), 4 * d);
         let mut seen: Vec<f32> = Vec::new();
         for rows in [2usize, 4, 1] {
-            let mut out = vec![0.0f32; rows * d];
-            spare.fill(&mut out, &h, d, 2.0, &mut rng);
+            let out = lent(&mut spare, rows * d, &h, d, 2.0, &mut rng);
             for row in out.chunks(d) {
                 let n = row.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt();
                 assert!((n / (2.0 * norm) - 1.0).abs() < 1e-5, "row norm {n} vs {}", 2.0 * norm);
@@ -213,5 +236,35 @@ mod tests {
             spare.top_up(&mut rng);
             assert_eq!(spare.len(), 4 * d, "refilled to the largest call (4 rows)");
         }
+    }
+
+    /// Lent rows come with the factors that bring them to the target energy, drawn on the
+    /// spot when the spare lacks them, and are taken out of the spare (never lent twice).
+    #[test]
+    fn lent_rows_reach_the_target_energy_and_leave_the_spare() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(6);
+        let d = 700;
+        let h: Vec<f32> = (0..2 * d).map(|i| (i % 9) as f32 - 4.0).collect();
+        let mean = h.chunks(d).map(|r| r.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt()).sum::<f64>() / 2.0;
+        let mut spare = Spare::default();
+        let mut lent: Vec<Vec<f32>> = Vec::new();
+        for round in 0..3 {
+            let before = spare.len();
+            let rows = spare.lend(3 * d, &h, d, 4.0, &mut rng, |g, f| {
+                assert_eq!((g.len(), f.len()), (3 * d, 3));
+                for (row, &fi) in g.chunks(d).zip(f) {
+                    let norm = row.iter().map(|v| (v * fi) as f64 * (v * fi) as f64).sum::<f64>().sqrt();
+                    assert!((norm / (4.0 * mean) - 1.0).abs() < 1e-5, "round {round}: norm {norm} vs {}", 4.0 * mean);
+                }
+                g.to_vec()
+            });
+            assert_eq!(spare.len(), before.saturating_sub(3 * d), "lent values leave the spare");
+            assert!(lent.iter().all(|old| old != &rows), "a lent row came back");
+            lent.push(rows);
+            spare.top_up(&mut rng);
+            assert_eq!(spare.len(), 3 * d);
+        }
+        let zero = spare.lend(d, &h, d, 0.0, &mut rng, |_, f| f.to_vec());
+        assert_eq!(zero, vec![0.0], "no energy, no shield");
     }
 }

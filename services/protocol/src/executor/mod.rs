@@ -476,10 +476,8 @@ impl MaskedPass<'_> {
         let energy = self.exec.cfg.shield.energy;
         let work = |(((mask, (hb, ub)), seed), spare): (((&BlockMask, (&[f32], &mut [f32])), [u8; 32]), &mut shield::Spare)| {
             let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
-            let mut shield = vec![0.0f32; (mask.order() - hb.len() / d.max(1)) * d];
-            spare.fill(&mut shield, hb, d, energy, &mut rng);
-            mask.apply(hb, &shield, d, ub);
-            zeroize::Zeroize::zeroize(&mut shield);
+            let len = (mask.order() - hb.len() / d.max(1)) * d;
+            spare.lend(len, hb, d, energy, &mut rng, |g, factors| mask.apply_scaled(hb, g, factors, d, ub));
         };
         let jobs: Vec<_> = self.masks.iter().zip(parts).zip(seeds).zip(self.spares.iter_mut()).collect();
         // A decode step's blocks (one row under k shield rows each) are cheaper than a fork.

@@ -113,6 +113,36 @@ impl BlockMask {
         }
     }
 
+    /// `out ← A·[H; diag(f)·G]`: [`Self::apply`] with shield rows `g` still to be scaled by
+    /// `factors` (one per row). A dense mask folds the factors into its shield columns, so
+    /// the rows are read once, where they lie; a structured one scales a copy first.
+    pub fn apply_scaled(&self, h: &[f32], g: &[f32], factors: &[f32], d: usize, out: &mut [f32]) {
+        let s = self.order();
+        let n = h.len() / d.max(1);
+        let k = s - n;
+        debug_assert_eq!((g.len(), factors.len()), (k * d, k));
+        match self {
+            BlockMask::Haar(a) => {
+                let a = a.as_slice();
+                sgemm(s, d, n, a, (s, 1), h, (d, 1), out);
+                if k > 0 {
+                    // (A[:, n..]·diag(f)) is s×k, row-major.
+                    let mut scaled: Vec<f32> = (0..s).flat_map(|i| (0..k).map(move |j| (i, j))).map(|(i, j)| a[i * s + n + j] * factors[j]).collect();
+                    sgemm_acc(s, d, k, &scaled, (k, 1), g, (d, 1), out);
+                    zeroize::Zeroize::zeroize(&mut scaled);
+                }
+            }
+            BlockMask::Hd3(_) => {
+                let mut rows = g.to_vec();
+                for (row, &f) in rows.chunks_exact_mut(d.max(1)).zip(factors) {
+                    row.iter_mut().for_each(|v| *v *= f);
+                }
+                self.apply(h, &rows, d, out);
+                zeroize::Zeroize::zeroize(&mut rows);
+            }
+        }
+    }
+
     /// First `n` rows of `Aᵀ·z` for a row-major `s×d` block `z`.
     pub fn recover(&self, z: &[f32], d: usize, n: usize, out: &mut [f32]) {
         let s = self.order();

@@ -129,3 +129,23 @@ fn cost_model_prefers_hd3_for_long_blocks_and_haar_for_decode() {
     // Just past a power of two the blocked form avoids doubling the engine's rows.
     assert_eq!(cm.choose(128, 8, (768, 3072), 48, 1e11), Family::Hd3Blocked);
 }
+
+/// Shield factors folded into a dense mask's columns give the product of the mask with the
+/// scaled rows, for every family (structured ones scale a copy) and at decode's shape.
+#[test]
+fn scaled_application_equals_applying_prescaled_rows() {
+    let mut rng = ChaCha20Rng::seed_from_u64(21);
+    for (family, n, k, d) in [(Family::Haar, 1, 8, 37), (Family::Haar, 5, 3, 64), (Family::Hd3, 1, 8, 37), (Family::Hd3Blocked, 3, 9, 16)] {
+        let s = order(family, n, k);
+        let mask = BlockMask::sample(family, s, &mut rng);
+        let h: Vec<f32> = (0..n * d).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
+        let g: Vec<f32> = (0..(s - n) * d).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
+        let factors: Vec<f32> = (0..s - n).map(|j| 0.5 + j as f32).collect();
+        let scaled: Vec<f32> = g.chunks(d).zip(&factors).flat_map(|(row, &f)| row.iter().map(move |v| v * f)).collect();
+        let (mut want, mut got) = (vec![0.0f32; s * d], vec![1.0f32; s * d]);
+        mask.apply(&h, &scaled, d, &mut want);
+        mask.apply_scaled(&h, &g, &factors, d, &mut got);
+        let err = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(err < 1e-4, "{family:?} n {n} k {k}: max error {err:e}");
+    }
+}
