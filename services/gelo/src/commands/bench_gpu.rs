@@ -36,7 +36,7 @@ pub struct Args {
     /// What to run: gemm, tiles, roundtrip, blocks.
     #[arg(long, value_delimiter = ',', default_value = "gemm,roundtrip,blocks")]
     sections: Vec<String>,
-    /// Models whose layer shapes are measured: qwen3-0.6b, bert-base, qwen3-1.7b.
+    /// Models whose layer shapes are measured: qwen3-0.6b, bert-base, qwen3-1.7b, qwen3-1.7b-lm-head.
     #[arg(
         long,
         value_delimiter = ',',
@@ -91,6 +91,9 @@ fn linears(model: &str) -> Result<Vec<(&'static str, usize, usize)>> {
             ("gate_up", 2048, 6144),
             ("down", 6144, 2048),
         ],
+        // The decode step's largest product (tied embeddings, 151,936 tokens); its own
+        // name so the peer tables, which lack it, still join.
+        "qwen3-1.7b-lm-head" => vec![("lm_head", 2048, 151_936)],
         other => anyhow::bail!("unknown model shape {other}"),
     })
 }
