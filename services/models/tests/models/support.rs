@@ -25,11 +25,3 @@ pub fn masked_with(mask: MaskKind) -> Arc<dyn Executor> {
     let engine: Arc<dyn Engine> = Arc::new(CpuEngine::new());
     Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask, ..Default::default() }).unwrap())
 }
-
-pub fn scifact() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/scifact");
-    if p.exists() {
-        return p;
-    }
-    PathBuf::from(std::env::var("GELO_SCIFACT").expect("set GELO_SCIFACT to the BEIR SciFact folder"))
-}
