@@ -97,3 +97,17 @@ fn bad_input_gives_typed_errors() {
     engine.unregister(&"w".into()).unwrap();
     assert!(engine.unregister(&"w".into()).is_err());
 }
+
+/// A parallel copy appends exactly what a plain one does, below and above its threshold,
+/// after what the buffer already held.
+#[test]
+fn parallel_extend_appends_like_extend_from_slice() {
+    for len in [0, 5, PAR_COPY_MIN - 1, PAR_COPY_MIN, 3 * PAR_COPY_MIN + 17] {
+        let src: Vec<f32> = (0..len).map(|i| i as f32 * 0.5).collect();
+        let mut want = vec![-1.0f32, -2.0];
+        want.extend_from_slice(&src);
+        let mut got = vec![-1.0f32, -2.0];
+        extend_parallel(&mut got, &src);
+        assert_eq!(got, want, "len {len}");
+    }
+}

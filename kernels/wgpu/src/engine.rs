@@ -990,7 +990,7 @@ impl WgpuEngine {
                     let bytes = &view[off * 4..(off + rows * cols) * 4];
                     let mut data = self.buffers.take_empty(rows * cols);
                     match bytemuck::try_cast_slice::<u8, f32>(bytes) {
-                        Ok(src) => data.extend_from_slice(src),
+                        Ok(src) => kernels::cpu::extend_parallel(&mut data, src),
                         Err(_) => data.extend(bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))),
                     }
                     Matrix::from_vec(rows, cols, data).expect("output sized to its shape")
