@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use kernels::{Matrix, Weight, WeightData, WeightId, WeightLayout};
 use protocol::{attention::Head, Executor, Pass};
+use rayon::prelude::*;
 use serde::Deserialize;
 
 use crate::{
     error::{ModelError, Result},
-    ops::{self, Rope},
+    ops::{self, Rope, RopeAngles},
     tensors::Tensors,
 };
 
@@ -298,10 +299,11 @@ impl Decoder {
             x.row_mut(r).copy_from_slice(&self.embed[id as usize * d..(id as usize + 1) * d]);
         }
         let starts: Vec<usize> = caches.iter().map(|c| c.len).collect();
+        let angles: Vec<RopeAngles> = starts.iter().zip(&lens).map(|(&p, &n)| self.rope.at(p, n)).collect();
         // 2. Blocks.
         let mut pass = self.exec.begin(&lens)?;
         for (li, layer) in self.layers.iter().enumerate() {
-            x = self.block(pass.as_mut(), li, layer, x, caches, &lens, &starts)?;
+            x = self.block(pass.as_mut(), li, layer, x, caches, &lens, &starts, &angles)?;
         }
         pass.end();
         for (c, &n) in caches.iter_mut().zip(&lens) {
@@ -328,6 +330,7 @@ impl Decoder {
         caches: &mut [&mut KvCache],
         lens: &[usize],
         starts: &[usize],
+        angles: &[RopeAngles],
     ) -> Result<Matrix> {
         let c = &self.cfg;
         let (hd, heads, kv_heads) = (c.head_dim, c.num_heads, c.num_kv_heads);
@@ -340,11 +343,16 @@ impl Decoder {
                 ops::add_bias(m, bias);
             }
         }
-        // 2. Per sequence: QK-norm (Qwen3), RoPE, append K/V to the cache, causal GQA.
-        let mut ctx = Matrix::zeros(x.rows(), heads * hd);
-        let mut r0 = 0;
-        for (si, &n) in lens.iter().enumerate() {
-            let pos0 = starts[si];
+        // 2. Per sequence: QK-norm (Qwen3), RoPE, append K/V to the cache (sequences in
+        //    parallel when a batch gives enough work); then causal GQA for all sequences in
+        //    one call, so a batched decode step's heads run in parallel.
+        let (qn, kn) = match &l.qk_norm {
+            Some([q, k]) => (Some(q), Some(k)),
+            None => (None, None),
+        };
+        let firsts: Vec<usize> = lens.iter().scan(0, |r, &n| Some(std::mem::replace(r, *r + n))).collect();
+        let prep_sequence = |(si, cache): (usize, &mut &mut KvCache)| -> Vec<Matrix> {
+            let (r0, n) = (firsts[si], lens[si]);
             let prep = |m: &Matrix, head: usize, norm: Option<&Vec<f32>>| -> Matrix {
                 let mut hm = ops::block(m, r0, r0 + n, head * hd, hd);
                 let mut tmp = vec![0.0f32; hd];
@@ -354,32 +362,41 @@ impl Decoder {
                         ops::rms_norm_row(row, w, c.rms_norm_eps, &mut tmp);
                         row.copy_from_slice(&tmp);
                     }
-                    self.rope.apply(row, pos0 + t);
+                    angles[si].rotate(t, row);
                 }
                 hm
             };
-            let (qn, kn) = match &l.qk_norm {
-                Some([q, k]) => (Some(q), Some(k)),
-                None => (None, None),
-            };
-            let cache = &mut *caches[si];
             for g in 0..kv_heads {
                 let k = prep(&qkv[1], g, kn);
                 cache.k[li][g].push_rows(k.as_slice());
                 let v = ops::block(&qkv[2], r0, r0 + n, g * hd, hd);
                 cache.v[li][g].push_rows(v.as_slice());
             }
-            let qs: Vec<Matrix> = (0..heads).map(|h| prep(&qkv[0], h, qn)).collect();
-            let hs: Vec<Head> = qs
-                .iter()
-                .enumerate()
-                .map(|(h, q)| Head { q, k: &cache.k[li][h / group], v: &cache.v[li][h / group] })
-                .collect();
-            let outs = pass.attend(&hs, 1.0 / (hd as f32).sqrt(), Some(pos0))?;
-            for (h, o) in outs.iter().enumerate() {
+            (0..heads).map(|h| prep(&qkv[0], h, qn)).collect()
+        };
+        let touched = x.rows() * (heads + 2 * kv_heads) * hd;
+        let qs: Vec<Vec<Matrix>> = if lens.len() > 1 && touched >= kernels::cpu::PAR_MIN_LEN {
+            caches.par_iter_mut().enumerate().map(prep_sequence).collect()
+        } else {
+            caches.iter_mut().enumerate().map(prep_sequence).collect()
+        };
+        let heads_of: Vec<Vec<Head>> = qs
+            .iter()
+            .zip(caches.iter())
+            .map(|(q, cache)| {
+                q.iter()
+                    .enumerate()
+                    .map(|(h, q)| Head { q, k: &cache.k[li][h / group], v: &cache.v[li][h / group] })
+                    .collect()
+            })
+            .collect();
+        let seqs: Vec<(&[Head], Option<usize>)> = heads_of.iter().zip(starts).map(|(h, &pos0)| (h.as_slice(), Some(pos0))).collect();
+        let outs = pass.attend_sequences(&seqs, 1.0 / (hd as f32).sqrt())?;
+        let mut ctx = Matrix::zeros(x.rows(), heads * hd);
+        for (o, &r0) in outs.iter().zip(&firsts) {
+            for (h, o) in o.iter().enumerate() {
                 ops::put_block(&mut ctx, r0, h * hd, o);
             }
-            r0 += n;
         }
         // 3. Output projection and residual.
         let o = pass.linear(&ctx, &l.o)?;

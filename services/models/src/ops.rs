@@ -83,15 +83,39 @@ impl Rope {
         Rope { inv_freq, rot }
     }
 
-    /// Rotates one head vector at position `pos`.
-    pub fn apply(&self, head: &mut [f32], pos: usize) {
+    /// The rotation of positions `pos0..pos0 + n`, computed once for all heads and layers
+    /// of a forward pass.
+    pub fn at(&self, pos0: usize, n: usize) -> RopeAngles {
         let half = self.rot / 2;
-        for (i, &f) in self.inv_freq.iter().enumerate() {
-            let angle = pos as f32 * f;
-            let (sin, cos) = angle.sin_cos();
-            let (a, b) = (head[i], head[i + half]);
-            head[i] = a * cos - b * sin;
-            head[i + half] = b * cos + a * sin;
+        let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
+        for t in 0..n {
+            for &f in &self.inv_freq {
+                let (s, c) = ((pos0 + t) as f32 * f).sin_cos();
+                cos.push(c);
+                sin.push(s);
+            }
+        }
+        RopeAngles { cos, sin, half }
+    }
+}
+
+/// `cos` and `sin` of every rotation angle at some positions (see [`Rope::at`]).
+pub struct RopeAngles {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    half: usize,
+}
+
+impl RopeAngles {
+    /// Rotates one head vector at the `t`-th of the positions.
+    pub fn rotate(&self, t: usize, head: &mut [f32]) {
+        let h = self.half;
+        let (cos, sin) = (&self.cos[t * h..(t + 1) * h], &self.sin[t * h..(t + 1) * h]);
+        let (lo, hi) = head[..2 * h].split_at_mut(h);
+        for (((a, b), &c), &s) in lo.iter_mut().zip(hi).zip(cos).zip(sin) {
+            let (x, y) = (*a, *b);
+            *a = x * c - y * s;
+            *b = y * c + x * s;
         }
     }
 }

@@ -49,6 +49,26 @@ pub fn attend_all(heads: &[Head<'_>], scale: f32, causal: Causal) -> Vec<Matrix>
     }
 }
 
+/// [`attend_all`] for several sequences at once (`seqs[i]`: one sequence's heads and its
+/// causal offset), answered per sequence in order. At batched decode each sequence's heads
+/// are too little work to fork for; all of a step's heads together are not.
+pub fn attend_sequences(seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Vec<Vec<Matrix>> {
+    use rayon::prelude::*;
+    let flat: Vec<(&Head<'_>, Causal)> = seqs.iter().flat_map(|(heads, c)| heads.iter().map(move |h| (h, *c))).collect();
+    let flops: usize = flat.iter().map(|(h, _)| 2 * h.q.rows() * h.k.rows() * (h.q.cols() + h.v.cols())).sum();
+    let mut outs: Vec<Matrix> = if cpu::worth_parallel(flops) {
+        flat.par_iter().map(|(h, c)| attend_plain(h, scale, *c)).collect()
+    } else {
+        flat.iter().map(|(h, c)| attend_plain(h, scale, *c)).collect()
+    };
+    let mut grouped = Vec::with_capacity(seqs.len());
+    for (heads, _) in seqs.iter().rev() {
+        grouped.push(outs.split_off(outs.len() - heads.len()));
+    }
+    grouped.reverse();
+    grouped
+}
+
 /// Row softmax of `scale·scores`, with keys beyond each query's causal horizon excluded.
 pub fn softmax_masked(scores: &mut Matrix, scale: f32, causal: Causal) {
     let cols = scores.cols();

@@ -18,7 +18,7 @@ pub mod verify;
 
 pub use error::ProtocolError;
 pub use executor::{
-    AttentionConfig, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass,
+    AttentionConfig, DecodeMasks, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass,
     PlaintextExecutor, ProtocolSeconds, Scheme,
 };
 pub use kernels::{Matrix, Weight, WeightData, WeightId, WeightLayout};

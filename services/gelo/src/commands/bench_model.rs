@@ -14,7 +14,7 @@ use models::{
     random::{self, Arch},
     sampler::argmax,
 };
-use protocol::{Executor, ProtocolSeconds, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
+use protocol::{DecodeMasks, Executor, ProtocolSeconds, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
 
 #[derive(clap::Args)]
 pub struct ModelArgs {
@@ -31,6 +31,9 @@ pub struct ModelArgs {
     /// Mask family of the masked runs.
     #[arg(long, default_value = "auto")]
     mask: MaskKind,
+    /// Decode-step masks of the masked runs: per-sequence or shared.
+    #[arg(long, default_value = "per-sequence")]
+    decode_masks: DecodeMasks,
     /// U-Verify probes in the masked runs (0: off).
     #[arg(long, default_value_t = 0)]
     verify_probes: usize,
@@ -161,7 +164,7 @@ fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
         let engine: Arc<dyn Engine> = timed.clone();
         if masked {
             let verify = (a.verify_probes > 0).then_some(UVerifyConfig { probes: a.verify_probes, range: 3 });
-            let m = Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask: a.mask, verify, ..Default::default() })?);
+            let m = Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask: a.mask, verify, decode_masks: a.decode_masks, ..Default::default() })?);
             Ok(Side { timed, gpu, exec: m.clone(), masked: Some(m) })
         } else {
             Ok(Side { timed, gpu, exec: Arc::new(PlaintextExecutor::new(engine)), masked: None })

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use kernels::Engine;
-use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig, UVerifyConfig};
+use protocol::{DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig, UVerifyConfig};
 
 /// Engine and protocol flags with an explicit `--masked` (tools default to the plaintext
 /// baseline so a plain/masked pair of runs is two commands).
@@ -38,6 +38,10 @@ pub struct ProtocolArgs {
     /// Shield row energy, in mean activation row norms.
     #[arg(long, env = "GELO_SHIELD_ENERGY", default_value_t = 4.0)]
     pub shield_energy: f32,
+    /// Decode-step masks: `per-sequence` (each sequence's row under its own shield rows) or
+    /// `shared` (a step's rows mixed under one mask and one set of shield rows).
+    #[arg(long, env = "GELO_DECODE_MASKS", default_value = "per-sequence")]
+    pub decode_masks: DecodeMasks,
     /// U-Verify probes per weight (0: off).
     #[arg(long, env = "GELO_VERIFY_PROBES", default_value_t = 0)]
     pub verify_probes: usize,
@@ -62,6 +66,7 @@ impl ProtocolArgs {
                 ShieldConfig { rows: self.shield_rows, energy: self.shield_energy }
             },
             verify: (self.verify_probes > 0).then_some(UVerifyConfig { probes: self.verify_probes, range: 3 }),
+            decode_masks: self.decode_masks,
             ..Default::default()
         }
     }

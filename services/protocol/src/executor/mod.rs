@@ -33,6 +33,37 @@ pub struct AttentionConfig {
     pub permuted_min_len: Option<usize>,
 }
 
+/// How a decode step's sequences (one new row each) are masked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecodeMasks {
+    /// Every sequence its own block: one row under `k` shield rows (`B·(1 + k)` rows reach
+    /// the engine at batch `B`).
+    #[default]
+    PerSequence,
+    /// One block for the whole step: the `B` rows mixed with each other under one mask and
+    /// `k` shield rows (`B + k` rows). Passes with a sequence of more than one row
+    /// (prefill, embedding) keep per-sequence blocks.
+    Shared,
+}
+
+impl DecodeMasks {
+    fn is_per_sequence(&self) -> bool {
+        *self == DecodeMasks::PerSequence
+    }
+}
+
+impl std::str::FromStr for DecodeMasks {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "per-sequence" => Ok(DecodeMasks::PerSequence),
+            "shared" => Ok(DecodeMasks::Shared),
+            other => Err(format!("unknown decode mask topology `{other}` (per-sequence, shared)")),
+        }
+    }
+}
+
 /// Settings of a masked executor.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MaskedConfig {
@@ -40,6 +71,9 @@ pub struct MaskedConfig {
     pub shield: ShieldConfig,
     pub verify: Option<UVerifyConfig>,
     pub attention: AttentionConfig,
+    /// Absent from the scheme (and its identity) while per-sequence, as before the option.
+    #[serde(default, skip_serializing_if = "DecodeMasks::is_per_sequence")]
+    pub decode_masks: DecodeMasks,
 }
 
 impl Default for MaskedConfig {
@@ -49,6 +83,7 @@ impl Default for MaskedConfig {
             shield: ShieldConfig::default(),
             verify: None,
             attention: AttentionConfig::default(),
+            decode_masks: DecodeMasks::PerSequence,
         }
     }
 }
@@ -102,6 +137,13 @@ pub trait Pass {
 
     /// `softmax(scale·Q·Kᵀ + causal)·V` for the heads of one sequence.
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>>;
+
+    /// [`Pass::attend`] for several sequences (`seqs[i]`: one sequence's heads and its causal
+    /// offset), answered per sequence in order. Where attention runs in the TEE, the heads
+    /// of all sequences run in parallel.
+    fn attend_sequences(&mut self, seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Result<Vec<Vec<Matrix>>> {
+        seqs.iter().map(|(heads, causal)| self.attend(heads, scale, *causal)).collect()
+    }
 
     /// Ends the pass, scrubbing its mask material.
     fn end(self: Box<Self>);
@@ -223,6 +265,11 @@ impl Pass for PlainPass<'_> {
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
         check_heads(heads)?;
         Ok(attention::attend_all(heads, scale, causal))
+    }
+
+    fn attend_sequences(&mut self, seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Result<Vec<Vec<Matrix>>> {
+        seqs.iter().try_for_each(|(heads, _)| check_heads(heads))?;
+        Ok(attention::attend_sequences(seqs, scale))
     }
 
     fn end(self: Box<Self>) {}
@@ -403,7 +450,9 @@ impl Executor for MaskedExecutor {
         check_blocks(blocks)?;
         let mut rng = os_seeded_rng();
         let k = self.cfg.shield.rows;
-        let masks = blocks
+        let shared = self.cfg.decode_masks == DecodeMasks::Shared && blocks.len() > 1 && blocks.iter().all(|&n| n == 1);
+        let mask_blocks = if shared { vec![blocks.len()] } else { blocks.to_vec() };
+        let masks = mask_blocks
             .iter()
             .map(|&n| {
                 let family = self.family(n);
@@ -412,12 +461,12 @@ impl Executor for MaskedExecutor {
             .collect();
         let spares = {
             let mut kept = self.spares.lock().expect("poisoned");
-            let from = kept.len().saturating_sub(blocks.len());
+            let from = kept.len().saturating_sub(mask_blocks.len());
             let mut spares = kept.split_off(from);
-            spares.resize_with(blocks.len(), shield::Spare::default);
+            spares.resize_with(mask_blocks.len(), shield::Spare::default);
             spares
         };
-        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), masks, rng, spares }))
+        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), mask_blocks, masks, rng, spares }))
     }
 
     fn scheme(&self) -> Scheme {
@@ -437,10 +486,14 @@ impl Executor for MaskedExecutor {
 
 struct MaskedPass<'a> {
     exec: &'a MaskedExecutor,
+    /// Rows of each sequence.
     blocks: Vec<usize>,
+    /// Rows under each mask: `blocks`, or one block of all rows for a shared decode step.
+    mask_blocks: Vec<usize>,
+    /// One per mask block.
     masks: Vec<BlockMask>,
     rng: ChaCha20Rng,
-    /// One per sequence.
+    /// One per mask block.
     spares: Vec<shield::Spare>,
 }
 
@@ -453,7 +506,7 @@ fn recover_flops(masks: &[BlockMask], blocks: &[usize], d: usize) -> usize {
 const MAX_SPARES: usize = 256;
 
 impl MaskedPass<'_> {
-    /// `U = blockdiag(A_i)·[H_i; S_i]` for all sequences, stacked. Sequences are masked in
+    /// `U = blockdiag(A_i)·[H_i; S_i]` for all mask blocks, stacked. Blocks are masked in
     /// parallel, each drawing its shield rows from its own ChaCha12 stream seeded from the
     /// pass's ChaCha20 (at batched decode the shield draws dominate the TEE's work).
     fn mask_input(&mut self, h: &Matrix) -> Matrix {
@@ -463,10 +516,10 @@ impl MaskedPass<'_> {
         // Every element of U is written below (A·[H; S] fills all `total` rows).
         let mut u = Matrix::from_vec(total, d, self.exec.engine.buffer(total * d)).expect("sized to its shape");
         let seeds: Vec<[u8; 32]> = self.masks.iter().map(|_| rand::RngExt::random(&mut self.rng)).collect();
-        // Split the input and the operand into per-sequence row ranges.
+        // Split the input and the operand into per-block row ranges.
         let mut parts = Vec::with_capacity(self.masks.len());
         let (mut h_rest, mut u_rest) = (h.as_slice(), u.as_mut_slice());
-        for (&n, &s) in self.blocks.iter().zip(&orders) {
+        for (&n, &s) in self.mask_blocks.iter().zip(&orders) {
             let (hb, hr) = h_rest.split_at(n * d);
             let (ub, ur) = std::mem::take(&mut u_rest).split_at_mut(s * d);
             parts.push((hb, ub));
@@ -490,9 +543,9 @@ impl MaskedPass<'_> {
         u
     }
 
-    /// First `n_i` rows of `A_iᵀ·Z_i` for every sequence: `H·W` without the shield rows.
+    /// First `n_i` rows of `A_iᵀ·Z_i` for every mask block: `H·W` without the shield rows.
     /// `z` is what the engine returned (masked); it is read, never transformed in place.
-    /// Sequences are recovered in parallel (a block's own column tiles are too few to keep
+    /// Blocks are recovered in parallel (a block's own column tiles are too few to keep
     /// many cores busy: 12 at d = 768).
     fn recover(&self, z: &Matrix) -> Matrix {
         let d = z.cols();
@@ -500,7 +553,7 @@ impl MaskedPass<'_> {
         let mut out = Matrix::zeros(rows, d);
         let mut jobs = Vec::with_capacity(self.masks.len());
         let (mut z_rest, mut out_rest) = (z.as_slice(), out.as_mut_slice());
-        for (mask, &n) in self.masks.iter().zip(&self.blocks) {
+        for (mask, &n) in self.masks.iter().zip(&self.mask_blocks) {
             let (zb, zr) = z_rest.split_at(mask.order() * d);
             let (ob, or) = std::mem::take(&mut out_rest).split_at_mut(n * d);
             jobs.push((mask, zb, n, ob));
@@ -508,7 +561,7 @@ impl MaskedPass<'_> {
             out_rest = or;
         }
         let recover = |(mask, zb, n, ob): (&BlockMask, &[f32], usize, &mut [f32])| mask.recover(zb, d, n, ob);
-        if kernels::cpu::worth_parallel(recover_flops(&self.masks, &self.blocks, d)) {
+        if kernels::cpu::worth_parallel(recover_flops(&self.masks, &self.mask_blocks, d)) {
             jobs.into_par_iter().for_each(recover);
         } else {
             jobs.into_iter().for_each(recover);
@@ -599,7 +652,7 @@ impl Pass for MaskedPass<'_> {
         // U and the products are masked data: their buffers go back to the pool.
         self.exec.engine.recycle(u.into_matrix().into_vec());
         let this = &*self;
-        let flops: usize = checked.iter().map(|z| recover_flops(&self.masks, &self.blocks, z.cols())).sum();
+        let flops: usize = checked.iter().map(|z| recover_flops(&self.masks, &self.mask_blocks, z.cols())).sum();
         let out = if kernels::cpu::worth_parallel(flops) {
             checked.par_iter().map(|z| this.recover(z)).collect()
         } else {
@@ -628,6 +681,15 @@ impl Pass for MaskedPass<'_> {
             rest = tail;
         }
         Ok(out)
+    }
+
+    fn attend_sequences(&mut self, seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Result<Vec<Vec<Matrix>>> {
+        let cfg = self.exec.cfg.attention;
+        if cfg.permuted_min_len.is_some() || cfg.out_attn_mult_min_len.is_some() {
+            return seqs.iter().map(|(heads, causal)| self.attend(heads, scale, *causal)).collect();
+        }
+        seqs.iter().try_for_each(|(heads, _)| check_heads(heads))?;
+        Ok(attention::attend_sequences(seqs, scale))
     }
 
     fn end(self: Box<Self>) {}

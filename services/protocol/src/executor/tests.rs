@@ -31,3 +31,29 @@ fn unsafe_downcast<'a>(p: &'a (dyn Pass + 'a)) -> &'a MaskedPass<'a> {
     // SAFETY: in this module every pass under test comes from MaskedExecutor::begin.
     unsafe { &*(p as *const dyn Pass as *const MaskedPass<'a>) }
 }
+
+#[test]
+fn shared_decode_masks_mix_a_decode_steps_rows_under_one_block() {
+    let engine: Arc<dyn Engine> = Arc::new(kernels::CpuEngine::new());
+    let cfg = MaskedConfig { mask: MaskKind::Haar, decode_masks: DecodeMasks::Shared, ..Default::default() };
+    let exec = MaskedExecutor::new(engine.clone(), cfg).unwrap();
+    let d = 24;
+    let w: Vec<f32> = (0..d * d).map(|i| ((i * 7 % 13) as f32 - 6.0) / 10.0).collect();
+    exec.provision("w".into(), Weight::f32(d, d, WeightLayout::InOut, w.clone())).unwrap();
+    let plain = PlaintextExecutor::new(engine);
+    plain.provision("w".into(), Weight::f32(d, d, WeightLayout::InOut, w)).unwrap();
+    let h = Matrix::from_fn(5, d, |r, c| ((r * 5 + c * 3) % 11) as f32 - 5.0);
+    // A decode step (every sequence one row): one block of 5 rows under 8 shield rows.
+    let mut p = exec.begin(&[1; 5]).unwrap();
+    assert_eq!(unsafe_downcast(&*p).dense_masks().iter().map(Matrix::rows).collect::<Vec<_>>(), vec![13]);
+    let y = p.linear(&h, &"w".into()).unwrap();
+    let mut q = plain.begin(&[1; 5]).unwrap();
+    assert!(y.rel_err(&q.linear(&h, &"w".into()).unwrap()) < 1e-5);
+    // A pass with a longer sequence keeps one block per sequence.
+    let p = exec.begin(&[1, 4]).unwrap();
+    assert_eq!(unsafe_downcast(&*p).dense_masks().iter().map(Matrix::rows).collect::<Vec<_>>(), vec![9, 12]);
+    // The default is unchanged, and absent from the scheme as before the option.
+    let json = serde_json::to_string(&MaskedConfig::default()).unwrap();
+    assert!(!json.contains("decode_masks"), "{json}");
+    assert!(serde_json::to_string(&cfg).unwrap().contains("\"decode_masks\":\"shared\""));
+}
