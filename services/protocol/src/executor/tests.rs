@@ -36,11 +36,12 @@ fn unsafe_downcast<'a>(p: &'a (dyn Pass + 'a)) -> &'a MaskedPass<'a> {
 fn shared_decode_masks_mix_a_decode_steps_rows_under_one_block() {
     let engine: Arc<dyn Engine> = Arc::new(kernels::CpuEngine::new());
     let cfg = MaskedConfig { mask: MaskKind::Haar, decode_masks: DecodeMasks::Shared, ..Default::default() };
-    let exec = MaskedExecutor::new(engine.clone(), cfg).unwrap();
+    let exec = MaskedExecutor::new(engine, cfg).unwrap();
     let d = 24;
     let w: Vec<f32> = (0..d * d).map(|i| ((i * 7 % 13) as f32 - 6.0) / 10.0).collect();
     exec.provision("w".into(), Weight::f32(d, d, WeightLayout::InOut, w.clone())).unwrap();
-    let plain = PlaintextExecutor::new(engine);
+    // The reference runs on an engine of its own: one engine holds one weight per name.
+    let plain = PlaintextExecutor::new(Arc::new(kernels::CpuEngine::new()));
     plain.provision("w".into(), Weight::f32(d, d, WeightLayout::InOut, w)).unwrap();
     let h = Matrix::from_fn(5, d, |r, c| ((r * 5 + c * 3) % 11) as f32 - 5.0);
     // A decode step (every sequence one row): one block of 5 rows under 8 shield rows.
