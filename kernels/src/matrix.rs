@@ -130,10 +130,16 @@ impl Matrix {
 
     /// True when no element is NaN or infinite.
     pub fn is_finite(&self) -> bool {
+        self.rows_finite(0)
+    }
+
+    /// Whether rows `from..` are finite (none when `from` is past the end).
+    pub fn rows_finite(&self, from: usize) -> bool {
         // Branch-free per chunk (an exponent of all ones is NaN or ±inf), so it vectorizes;
         // this runs on every linear's input.
         const EXP: u32 = 0x7f80_0000;
-        self.data.chunks(1024).all(|c| c.iter().fold(0u32, |acc, v| acc | u32::from(v.to_bits() & EXP == EXP)) == 0)
+        let start = (from * self.cols).min(self.data.len());
+        self.data[start..].chunks(1024).all(|c| c.iter().fold(0u32, |acc, v| acc | u32::from(v.to_bits() & EXP == EXP)) == 0)
     }
 
     pub fn transpose(&self) -> Matrix {

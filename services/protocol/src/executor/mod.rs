@@ -185,7 +185,12 @@ fn check_heads(heads: &[Head<'_>]) -> Result<()> {
                 detail: format!("q {:?}, k {:?}, v {:?}", h.q.shape(), h.k.shape(), h.v.shape()),
             });
         }
-        if !(h.q.is_finite() && h.k.is_finite() && h.v.is_finite()) {
+        // Keys and values that arrive with these queries are the last `q.rows()` rows; the
+        // rows before them are a cache that was checked on the pass it arrived in. Scanning
+        // the whole cache on every step made a decode step's check grow with the context
+        // (88 MB a step for Qwen3-1.7B at B = 8 and 48 positions).
+        let fresh = h.k.rows() - h.q.rows().min(h.k.rows());
+        if !(h.q.is_finite() && h.k.rows_finite(fresh) && h.v.rows_finite(fresh)) {
             return Err(ProtocolError::NonFinite { op: "attend" });
         }
     }

@@ -48,6 +48,16 @@ fn every_bad_input_has_its_own_error() {
         let (q, k, v) = (Matrix::zeros(2, 4), Matrix::zeros(2, 5), Matrix::zeros(2, 4));
         let heads = [Head { q: &q, k: &k, v: &v }];
         assert!(matches!(pass.attend(&heads, 1.0, None), Err(ProtocolError::Shape { .. })));
+        // A non-finite query, or a key or value that arrived with it (the last rows of a
+        // cache one decode step grew by one row), is refused.
+        let (q, kv) = (Matrix::zeros(1, 4), Matrix::zeros(3, 4));
+        for (which, row) in [(0, 0), (1, 2), (2, 2)] {
+            let (mut q, mut k, mut v) = (q.clone(), kv.clone(), kv.clone());
+            [&mut q, &mut k, &mut v][which].set(row, 1, f32::NAN);
+            let heads = [Head { q: &q, k: &k, v: &v }];
+            let got = pass.attend(&heads, 1.0, Some(2));
+            assert!(matches!(got, Err(ProtocolError::NonFinite { op: "attend" })), "operand {which}: {got:?}");
+        }
         // The pass still works after refusing bad input.
         assert_eq!(pass.linear(&good, &"w".into()).unwrap().shape(), (2, 3));
         pass.end();
