@@ -135,11 +135,12 @@ impl Matrix {
 
     /// Whether rows `from..` are finite (none when `from` is past the end).
     pub fn rows_finite(&self, from: usize) -> bool {
-        // Branch-free per chunk (an exponent of all ones is NaN or ±inf), so it vectorizes;
-        // this runs on every linear's input.
+        // An exponent of all ones (NaN or ±inf) is the largest value `bits & EXP` can take:
+        // a max per chunk is branch-free and vectorizes to packed maxima; this runs on every
+        // linear's input.
         const EXP: u32 = 0x7f80_0000;
         let start = (from * self.cols).min(self.data.len());
-        self.data[start..].chunks(1024).all(|c| c.iter().fold(0u32, |acc, v| acc | u32::from(v.to_bits() & EXP == EXP)) == 0)
+        self.data[start..].chunks(1024).all(|c| c.iter().fold(0u32, |acc, v| acc.max(v.to_bits() & EXP)) != EXP)
     }
 
     pub fn transpose(&self) -> Matrix {
@@ -187,5 +188,32 @@ impl fmt::Debug for Matrix {
     // Never print contents: a matrix may hold plaintext activations.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Matrix({}x{})", self.rows, self.cols)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Matrix;
+
+    /// NaN, ±inf and the largest finite values on both sides of a 1024-value chunk edge.
+    #[test]
+    fn finiteness_finds_every_non_finite_value_and_only_those() {
+        let m = Matrix::from_fn(3, 700, |r, c| (r * 700 + c) as f32 - 1000.0);
+        assert!(m.is_finite() && m.rows_finite(1) && m.rows_finite(3) && m.rows_finite(9));
+        for at in [0, 1023, 1024, 2099] {
+            let mut big = m.clone();
+            big.as_mut_slice()[at] = f32::MAX;
+            assert!(big.is_finite(), "f32::MAX at {at}");
+            big.as_mut_slice()[at] = -f32::MIN_POSITIVE / 2.0;
+            assert!(big.is_finite(), "subnormal at {at}");
+            for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN] {
+                let mut x = m.clone();
+                x.as_mut_slice()[at] = bad;
+                assert!(!x.is_finite(), "{bad} at {at}");
+                // Rows from the bad value's own row on see it; rows after it do not.
+                assert!(!x.rows_finite(at / 700), "{bad} at {at}");
+                assert!(x.rows_finite(at / 700 + 1), "{bad} at {at}");
+            }
+        }
     }
 }

@@ -149,7 +149,9 @@ pub trait Pass {
     fn end(self: Box<Self>);
 }
 
-fn check_input(op: &'static str, h: &Matrix, blocks: &[usize], d_in: usize) -> Result<()> {
+/// A linear's input against the pass and every weight it goes to; its values are checked
+/// once however many products share it.
+fn check_input(op: &'static str, h: &Matrix, blocks: &[usize], d_ins: impl IntoIterator<Item = usize>) -> Result<()> {
     let rows: usize = blocks.iter().sum();
     if h.rows() != rows {
         return Err(ProtocolError::Shape {
@@ -157,11 +159,13 @@ fn check_input(op: &'static str, h: &Matrix, blocks: &[usize], d_in: usize) -> R
             detail: format!("input has {} rows, the pass was opened for {rows}", h.rows()),
         });
     }
-    if h.cols() != d_in {
-        return Err(ProtocolError::Shape {
-            op,
-            detail: format!("input has {} columns, the weight expects {d_in}", h.cols()),
-        });
+    for d_in in d_ins {
+        if h.cols() != d_in {
+            return Err(ProtocolError::Shape {
+                op,
+                detail: format!("input has {} columns, the weight expects {d_in}", h.cols()),
+            });
+        }
     }
     if !h.is_finite() {
         return Err(ProtocolError::NonFinite { op });
@@ -260,9 +264,8 @@ impl Pass for PlainPass<'_> {
     }
 
     fn linear_many(&mut self, h: &Matrix, ids: &[WeightId]) -> Result<Vec<Matrix>> {
-        for id in ids {
-            check_input("linear", h, &self.blocks, self.exec.dims(id)?.d_in)?;
-        }
+        let d_ins = ids.iter().map(|id| Ok(self.exec.dims(id)?.d_in)).collect::<Result<Vec<_>>>()?;
+        check_input("linear", h, &self.blocks, d_ins)?;
         let x = danger::expose_plaintext(h.clone());
         Ok(self.exec.engine.matmul_many(&x, ids)?.into_iter().map(Masked::into_matrix).collect())
     }
@@ -607,9 +610,7 @@ impl Pass for MaskedPass<'_> {
 
     fn linear_many(&mut self, h: &Matrix, ids: &[WeightId]) -> Result<Vec<Matrix>> {
         let weights = ids.iter().map(|id| self.exec.get(id)).collect::<Result<Vec<_>>>()?;
-        for w in &weights {
-            check_input("linear", h, &self.blocks, w.dims.d_in)?;
-        }
+        check_input("linear", h, &self.blocks, weights.iter().map(|w| w.dims.d_in))?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
