@@ -179,6 +179,8 @@ pub struct WgpuEngine {
 
 /// Idle slots kept for reuse; more concurrent callers than this allocate and free theirs.
 const MAX_IDLE_SLOTS: usize = 16;
+/// Bind groups a slot keeps (one per weight it has served, plus the dynamic operand).
+const MAX_SLOT_GROUPS: usize = 1024;
 /// Smallest slot buffer, so that small calls of different sizes share one.
 const MIN_SLOT_BYTES: u64 = 1 << 16;
 /// GPU time an autotuning trial aims for, repeating a fast plan's kernels to get there.
@@ -853,7 +855,9 @@ impl WgpuEngine {
                     },
                 ],
             });
-        if slot.groups.len() >= 64 {
+        // One group per weight a slot has served: a model's worth (Qwen3-1.7B: 197 weights)
+        // stays cached; the earlier cap of 64 was below that, so a decode step recreated them.
+        if slot.groups.len() >= MAX_SLOT_GROUPS {
             slot.groups.clear();
         }
         slot.groups.insert(w.key(), g.clone());
