@@ -135,7 +135,9 @@ pub trait Pass {
     /// `h·W` for several weights sharing the input (one mask application, one transfer).
     fn linear_many(&mut self, h: &Matrix, ids: &[WeightId]) -> Result<Vec<Matrix>>;
 
-    /// `softmax(scale·Q·Kᵀ + causal)·V` for the heads of one sequence.
+    /// `softmax(scale·Q·Kᵀ + causal)·V` for the heads of one sequence. Queries, and the
+    /// last `q.rows()` rows of keys and values (those that arrive with them), must be
+    /// finite (`NonFinite` otherwise); earlier rows are a cache checked when they arrived.
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>>;
 
     /// [`Pass::attend`] for several sequences (`seqs[i]`: one sequence's heads and its causal
