@@ -114,7 +114,7 @@ impl Drop for Spare {
 
 /// Standard Gaussians into `out`, in pieces of at most [`PIECE`] values each drawn from its
 /// own ChaCha12 stream keyed from `rng` (in parallel when there are many).
-fn draw_gaussians(out: &mut [f32], rng: &mut impl Rng) {
+pub(crate) fn draw_gaussians(out: &mut [f32], rng: &mut impl Rng) {
     if out.is_empty() {
         return;
     }
@@ -136,12 +136,12 @@ fn draw_gaussians(out: &mut [f32], rng: &mut impl Rng) {
 
 /// `Σ x_i²`: SIMD f32 partial sums over pieces of 256, added in f64 (a plain f64 sum is
 /// one dependent add per element, and it was most of a decode step's mask time).
-fn sum_squares(x: &[f32]) -> f64 {
+pub(crate) fn sum_squares(x: &[f32]) -> f64 {
     x.chunks(256).map(|c| kernels::simd::dot(c, c) as f64).sum()
 }
 
 /// A shield row's norm: `energy ×` the mean `d`-wide row norm of `h`.
-fn target_norm(h: &[f32], d: usize, energy: f32) -> f64 {
+pub(crate) fn target_norm(h: &[f32], d: usize, energy: f32) -> f64 {
     let n = (h.len() / d.max(1)).max(1);
     let mean_norm = h.chunks_exact(d.max(1)).map(|r| sum_squares(r).sqrt()).sum::<f64>() / n as f64;
     (energy as f64 * mean_norm).max(f64::MIN_POSITIVE)

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     attention::{self, Causal, Head},
     error::{ProtocolError, Result},
-    mask::{self, BlockMask, CostModel, Family, MaskKind},
+    mask::{self, small::SmallBlock, BlockMask, CostModel, Family, MaskKind},
     os_seeded_rng, shield,
     shield::ShieldConfig,
     verify::{Probes, UVerifyConfig},
@@ -316,7 +316,13 @@ pub struct MaskedExecutor {
     /// Shield Gaussians drawn ahead, one spare per sequence, handed from pass to pass so a
     /// step's first linear finds its draws done too (see [`shield::Spare`]).
     spares: Mutex<Vec<shield::Spare>>,
+    /// Input widths of the linears seen so far, for which small blocks prepare their
+    /// shield products ahead (see [`SmallBlock`]).
+    widths: Mutex<Vec<usize>>,
 }
+
+/// Input widths a pass prepares shield products for (a model has a handful).
+const MAX_WIDTHS: usize = 8;
 
 /// Cumulative TEE time of a masked executor's protocol work, for benchmarks: where a masked
 /// pass's time goes beside the engine calls and the model's own (shared) work.
@@ -356,6 +362,7 @@ impl MaskedExecutor {
             engine_rate: OnceLock::new(),
             times: TeeTimes::default(),
             spares: Mutex::default(),
+            widths: Mutex::default(),
         })
     }
 
@@ -462,7 +469,7 @@ impl Executor for MaskedExecutor {
         let k = self.cfg.shield.rows;
         let shared = self.cfg.decode_masks == DecodeMasks::Shared && blocks.len() > 1 && blocks.iter().all(|&n| n == 1);
         let mask_blocks = if shared { vec![blocks.len()] } else { blocks.to_vec() };
-        let masks = mask_blocks
+        let masks: Vec<BlockMask> = mask_blocks
             .iter()
             .map(|&n| {
                 let family = self.family(n);
@@ -476,7 +483,9 @@ impl Executor for MaskedExecutor {
             spares.resize_with(mask_blocks.len(), shield::Spare::default);
             spares
         };
-        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), mask_blocks, masks, rng, spares }))
+        let small = masks.iter().zip(&mask_blocks).map(|(m, &n)| SmallBlock::new(m, n)).collect();
+        let widths = self.widths.lock().expect("poisoned").clone();
+        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), mask_blocks, masks, small, rng, spares, widths }))
     }
 
     fn scheme(&self) -> Scheme {
@@ -502,9 +511,14 @@ struct MaskedPass<'a> {
     mask_blocks: Vec<usize>,
     /// One per mask block.
     masks: Vec<BlockMask>,
+    /// One per mask block: its dense columns and prepared shield products, for blocks of
+    /// order up to [`mask::small::MAX_ORDER`] (a decode step's).
+    small: Vec<Option<SmallBlock>>,
     rng: ChaCha20Rng,
-    /// One per mask block.
+    /// One per mask block (used by the blocks without a [`SmallBlock`]).
     spares: Vec<shield::Spare>,
+    /// Input widths to prepare small blocks' shield products for.
+    widths: Vec<usize>,
 }
 
 /// Multiply–adds ×2 of recovering `d`-wide products of every block (`n_i` rows of `A_iᵀ·Z_i`).
@@ -537,12 +551,18 @@ impl MaskedPass<'_> {
             u_rest = ur;
         }
         let energy = self.exec.cfg.shield.energy;
-        let work = |(((mask, (hb, ub)), seed), spare): (((&BlockMask, (&[f32], &mut [f32])), [u8; 32]), &mut shield::Spare)| {
+        type Job<'j> = (((&'j BlockMask, &'j mut Option<SmallBlock>), (&'j [f32], &'j mut [f32])), [u8; 32]);
+        let work = |((((mask, small), (hb, ub)), seed), spare): (Job<'_>, &mut shield::Spare)| {
             let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
-            let len = (mask.order() - hb.len() / d.max(1)) * d;
-            spare.lend(len, hb, d, energy, &mut rng, |g, factors| mask.apply_scaled(hb, g, factors, d, ub));
+            match small {
+                Some(small) => small.apply(hb, d, energy, &mut rng, ub),
+                None => {
+                    let len = (mask.order() - hb.len() / d.max(1)) * d;
+                    spare.lend(len, hb, d, energy, &mut rng, |g, factors| mask.apply_scaled(hb, g, factors, d, ub));
+                }
+            }
         };
-        let jobs: Vec<_> = self.masks.iter().zip(parts).zip(seeds).zip(self.spares.iter_mut()).collect();
+        let jobs: Vec<_> = self.masks.iter().zip(self.small.iter_mut()).zip(parts).zip(seeds).zip(self.spares.iter_mut()).collect();
         // A decode step's blocks (one row under k shield rows each) are cheaper than a fork.
         let flops: usize = orders.iter().map(|&s| 2 * s * s * d).sum();
         if jobs.len() > 1 && kernels::cpu::worth_parallel(flops) {
@@ -563,14 +583,17 @@ impl MaskedPass<'_> {
         let mut out = Matrix::zeros(rows, d);
         let mut jobs = Vec::with_capacity(self.masks.len());
         let (mut z_rest, mut out_rest) = (z.as_slice(), out.as_mut_slice());
-        for (mask, &n) in self.masks.iter().zip(&self.mask_blocks) {
+        for ((mask, small), &n) in self.masks.iter().zip(&self.small).zip(&self.mask_blocks) {
             let (zb, zr) = z_rest.split_at(mask.order() * d);
             let (ob, or) = std::mem::take(&mut out_rest).split_at_mut(n * d);
-            jobs.push((mask, zb, n, ob));
+            jobs.push((mask, small.as_ref(), zb, n, ob));
             z_rest = zr;
             out_rest = or;
         }
-        let recover = |(mask, zb, n, ob): (&BlockMask, &[f32], usize, &mut [f32])| mask.recover(zb, d, n, ob);
+        let recover = |(mask, small, zb, n, ob): (&BlockMask, Option<&SmallBlock>, &[f32], usize, &mut [f32])| match small {
+            Some(small) => small.recover(zb, d, ob),
+            None => mask.recover(zb, d, n, ob),
+        };
         if kernels::cpu::worth_parallel(recover_flops(&self.masks, &self.mask_blocks, d)) {
             jobs.into_par_iter().for_each(recover);
         } else {
@@ -621,15 +644,25 @@ impl Pass for MaskedPass<'_> {
         let u = Masked::from_mixed(self.mask_input(h));
         self.exec.times.mask_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         // 2. The engine multiplies U by each public weight; meanwhile idle cores draw the
-        //    next linear's shield Gaussians.
+        //    next linears' shield rows (small blocks: their products with the mask too).
+        let d = h.cols();
+        if !self.widths.contains(&d) && self.widths.len() < MAX_WIDTHS {
+            self.widths.push(d);
+        }
         let engine = &self.exec.engine;
         let seeds: Vec<[u8; 32]> = self.spares.iter().map(|_| rand::RngExt::random(&mut self.rng)).collect();
-        let spares = &mut self.spares;
+        let energy = self.exec.cfg.shield.energy;
+        let (spares, small, widths) = (&mut self.spares, &mut self.small, &self.widths);
         let (zs, ()) = rayon::join(
             || engine.matmul_many(&u, ids),
             || {
-                spares.par_iter_mut().zip(seeds).for_each(|(spare, seed)| {
-                    spare.top_up(&mut rand_chacha::ChaCha12Rng::from_seed(seed));
+                spares.par_iter_mut().zip(small.par_iter_mut()).zip(seeds).for_each(|((spare, small), seed)| {
+                    let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
+                    match small {
+                        Some(small) if energy != 0.0 => widths.iter().for_each(|&w| small.prepare(w, &mut rng)),
+                        Some(_) => {}
+                        None => spare.top_up(&mut rng),
+                    }
                 })
             },
         );
@@ -708,7 +741,16 @@ impl Drop for MaskedPass<'_> {
         // BlockMask's own Drop scrubs dense masks and HD₃ signs; reseed the pass RNG so its
         // state (which determined the masks) does not linger either.
         self.masks.clear();
+        self.small.clear();
         self.rng = ChaCha20Rng::from_seed([0; 32]);
+        {
+            let mut widths = self.exec.widths.lock().expect("poisoned");
+            for &w in &self.widths {
+                if !widths.contains(&w) && widths.len() < MAX_WIDTHS {
+                    widths.push(w);
+                }
+            }
+        }
         let mut kept = self.exec.spares.lock().expect("poisoned");
         let room = MAX_SPARES.saturating_sub(kept.len());
         kept.extend(self.spares.drain(..).take(room));

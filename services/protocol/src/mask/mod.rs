@@ -7,6 +7,7 @@
 
 pub mod haar;
 pub mod hd3;
+pub mod small;
 
 use std::sync::OnceLock;
 use std::time::Instant;

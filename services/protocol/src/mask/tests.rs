@@ -149,3 +149,51 @@ fn scaled_application_equals_applying_prescaled_rows() {
         assert!(err < 1e-4, "{family:?} n {n} k {k}: max error {err:e}");
     }
 }
+
+/// A small block's `U`, unmasked with the dense `Aᵀ`, is `[H; S]` with every shield row at
+/// norm `energy ×` the mean row norm of `H`; its recovery returns `H`; a prepared shield
+/// product serves one linear only; with energy 0 the shield rows are zero. Both product
+/// paths (rank-one updates for few rows, a GEMM for more) and every family.
+#[test]
+fn small_blocks_mask_with_prepared_shields_and_recover_exactly() {
+    let mut rng = ChaCha20Rng::seed_from_u64(22);
+    for (family, n, k, d) in [(Family::Haar, 1, 8, 37), (Family::Hd3, 1, 8, 64), (Family::Haar, 3, 8, 20), (Family::Hd3Blocked, 8, 8, 33), (Family::Haar, 13, 3, 16)] {
+        let s = order(family, n, k);
+        let mask = BlockMask::sample(family, s, &mut rng);
+        let a = mask.dense();
+        let mut small = small::SmallBlock::new(&mask, n).expect("small");
+        let h: Vec<f32> = (0..n * d).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
+        let mean_norm = h.chunks(d).map(|r| r.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt()).sum::<f64>() / n as f64;
+        let mut shields: Vec<Vec<f32>> = Vec::new();
+        for prepared in [true, false, true] {
+            if prepared {
+                small.prepare(d, &mut rng);
+                assert!(small.is_ready(d));
+            }
+            let mut u = vec![f32::NAN; s * d];
+            small.apply(&h, d, 4.0, &mut rng, &mut u);
+            assert!(!small.is_ready(d), "a prepared product is used once");
+            // X = Aᵀ·U.
+            let x = kernels::cpu::matmul_tn(&a, &Matrix::from_vec(s, d, u.clone()).unwrap());
+            let top = x.slice_rows(0, n);
+            assert!(top.rel_err(&Matrix::from_vec(n, d, h.clone()).unwrap()) < 1e-5, "{family:?} n {n}: activation rows");
+            for r in n..s {
+                let norm = x.row(r).iter().map(|v| (v * v) as f64).sum::<f64>().sqrt();
+                assert!((norm / (4.0 * mean_norm) - 1.0).abs() < 1e-4, "{family:?} n {n}: shield row norm {norm}");
+            }
+            let rows = x.slice_rows(n, s).as_slice().to_vec();
+            assert!(shields.iter().all(|old| old.iter().zip(&rows).any(|(p, q)| (p - q).abs() > 1e-3)), "fresh shield rows every linear");
+            shields.push(rows);
+            let mut back = vec![0.0f32; n * d];
+            small.recover(&u, d, &mut back);
+            let back = Matrix::from_vec(n, d, back).unwrap();
+            assert!(back.rel_err(&Matrix::from_vec(n, d, h.clone()).unwrap()) < 1e-5, "{family:?} n {n}: recovery");
+        }
+        let mut u = vec![f32::NAN; s * d];
+        small.apply(&h, d, 0.0, &mut rng, &mut u);
+        let x = kernels::cpu::matmul_tn(&a, &Matrix::from_vec(s, d, u).unwrap());
+        assert!(x.slice_rows(n, s).as_slice().iter().all(|v| v.abs() < 1e-5), "energy 0: zero shield rows");
+    }
+    let big = BlockMask::sample(Family::Hd3, 128, &mut rng);
+    assert!(small::SmallBlock::new(&big, 100).is_none());
+}

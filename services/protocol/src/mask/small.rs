@@ -1,0 +1,146 @@
+//! Small mask blocks (a decode step's: one row, or a batch of rows, under `k` shield rows),
+//! applied through their dense columns, with the shield rows' share of `U` prepared ahead.
+//!
+//! `U = A·[H; S]` splits into `A[:, ..n]·H + A[:, n..]·S`. Shield row `j` is a fresh
+//! Gaussian row `ĝ_j` of unit norm scaled to `t = energy ×` the mean row norm of `H`, so
+//! the second term is `t·P` with `P = A[:, n..]·Ĝ`, which depends on the mask and the
+//! CSPRNG but not on `H`. `P` is computed while the engine works on the previous linear
+//! (the TEE's cores idle then), and the linear itself only adds `n` rank-one terms: at
+//! Qwen3-1.7B decode that took the masks (40 µs a call) off the path between engine calls.
+//! Every `P` serves one linear and is zeroized when taken; an unused one dies with the pass.
+
+use kernels::cpu::{sgemm, sgemm_acc};
+use rand::Rng;
+use zeroize::Zeroize;
+
+use super::BlockMask;
+use crate::shield;
+
+/// Largest mask order applied through dense columns (an HD₃ mask is densified once per pass,
+/// `s²` values; above this the structured cascade is cheaper).
+pub const MAX_ORDER: usize = 64;
+
+/// Activation rows up to which products are a sum of rank-one updates (SIMD `axpy`)
+/// rather than a GEMM call, whose fixed cost dominates at a decode step's shapes.
+const AXPY_ROWS: usize = 4;
+
+/// The dense columns of one small mask block and its prepared shield products.
+pub struct SmallBlock {
+    s: usize,
+    n: usize,
+    /// `A[:, ..n]`, `s×n` row-major.
+    lead: Vec<f32>,
+    /// `A[:, n..]`, `s×(s−n)` row-major.
+    shield: Vec<f32>,
+    /// `(d, P)`: `P = A[:, n..]·Ĝ` (`s×d`) for one future linear of input width `d`.
+    ready: Vec<(usize, Vec<f32>)>,
+}
+
+impl SmallBlock {
+    /// `None` when the mask is larger than [`MAX_ORDER`] or has no activation rows.
+    pub fn new(mask: &BlockMask, n: usize) -> Option<SmallBlock> {
+        let s = mask.order();
+        if s > MAX_ORDER || n == 0 || n > s {
+            return None;
+        }
+        let mut a = mask.dense();
+        let k = s - n;
+        let (mut lead, mut shield) = (Vec::with_capacity(s * n), Vec::with_capacity(s * k));
+        for i in 0..s {
+            let row = a.row(i);
+            lead.extend_from_slice(&row[..n]);
+            shield.extend_from_slice(&row[n..]);
+        }
+        a.scrub();
+        Some(SmallBlock { s, n, lead, shield, ready: Vec::new() })
+    }
+
+    pub fn order(&self) -> usize {
+        self.s
+    }
+
+    /// Whether a shield product for input width `d` waits to be used.
+    pub fn is_ready(&self, d: usize) -> bool {
+        self.ready.iter().any(|(w, _)| *w == d)
+    }
+
+    /// Draws fresh unit-norm shield rows for one linear of input width `d` and stores their
+    /// product with the mask's shield columns, unless one is already waiting.
+    pub fn prepare(&mut self, d: usize, rng: &mut impl Rng) {
+        if self.is_ready(d) {
+            return;
+        }
+        let p = self.shield_product(d, rng);
+        self.ready.push((d, p));
+    }
+
+    fn shield_product(&self, d: usize, rng: &mut impl Rng) -> Vec<f32> {
+        let k = self.s - self.n;
+        let mut p = vec![0.0f32; self.s * d];
+        if k == 0 || d == 0 {
+            return p;
+        }
+        let mut g = vec![0.0f32; k * d];
+        shield::draw_gaussians(&mut g, rng);
+        for row in g.chunks_exact_mut(d) {
+            let f = (1.0 / shield::sum_squares(row).sqrt().max(f64::MIN_POSITIVE)) as f32;
+            row.iter_mut().for_each(|v| *v *= f);
+        }
+        sgemm(self.s, d, k, &self.shield, (k, 1), &g, (d, 1), &mut p);
+        g.zeroize();
+        p
+    }
+
+    /// `out ← A·[H; S]` for the `n×d` activation rows `h`, the shield rows at norm
+    /// `energy ×` the mean row norm of `h` (zero rows when `energy` is 0). Uses the
+    /// prepared shield product for width `d` (drawing one now if none waits) and scrubs it.
+    pub fn apply(&mut self, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng, out: &mut [f32]) {
+        debug_assert_eq!((h.len(), out.len()), (self.n * d, self.s * d));
+        if energy == 0.0 {
+            out.iter_mut().for_each(|v| *v = 0.0);
+        } else {
+            let mut p = match self.ready.iter().position(|(w, _)| *w == d) {
+                Some(i) => self.ready.swap_remove(i).1,
+                None => self.shield_product(d, rng),
+            };
+            let t = shield::target_norm(h, d, energy) as f32;
+            out.iter_mut().zip(&p).for_each(|(o, &v)| *o = t * v);
+            p.zeroize();
+        }
+        let n = self.n;
+        if n <= AXPY_ROWS {
+            for (i, row) in out.chunks_exact_mut(d.max(1)).enumerate() {
+                for (j, hj) in h.chunks_exact(d.max(1)).enumerate() {
+                    kernels::simd::axpy(self.lead[i * n + j], hj, row);
+                }
+            }
+        } else {
+            sgemm_acc(self.s, d, n, &self.lead, (n, 1), h, (d, 1), out);
+        }
+    }
+
+    /// `out ← (Aᵀ·Z)[..n]` for the engine's `s×d` block `z`.
+    pub fn recover(&self, z: &[f32], d: usize, out: &mut [f32]) {
+        debug_assert_eq!((z.len(), out.len()), (self.s * d, self.n * d));
+        let n = self.n;
+        if n <= AXPY_ROWS {
+            out.iter_mut().for_each(|v| *v = 0.0);
+            for (j, row) in out.chunks_exact_mut(d.max(1)).enumerate() {
+                for (i, zi) in z.chunks_exact(d.max(1)).enumerate() {
+                    kernels::simd::axpy(self.lead[i * n + j], zi, row);
+                }
+            }
+        } else {
+            // (Aᵀ)[..n, :]: element (j, i) is lead[i·n + j].
+            sgemm(n, d, self.s, &self.lead, (1, n), z, (d, 1), out);
+        }
+    }
+}
+
+impl Drop for SmallBlock {
+    fn drop(&mut self) {
+        self.lead.zeroize();
+        self.shield.zeroize();
+        self.ready.iter_mut().for_each(|(_, p)| p.zeroize());
+    }
+}
