@@ -454,7 +454,7 @@ impl WgpuEngine {
     }
 
     /// The plan autotuning chose for products of `rows` rows (any count in the same
-    /// power-of-two class) by an `(k, n)` weight in `layout` stored as `storage`.
+    /// tuning class, see `row_class`) by an `(k, n)` weight in `layout` stored as `storage`.
     pub fn tuned_plan(
         &self,
         rows: usize,
@@ -464,7 +464,7 @@ impl WgpuEngine {
         storage: Precision,
     ) -> Option<Plan> {
         let key = TuneKey {
-            rows: rows.next_power_of_two(),
+            rows: row_class(rows),
             n,
             k,
             out_in: layout == WeightLayout::OutIn,
@@ -508,7 +508,7 @@ impl WgpuEngine {
         // A few-row tile competes only in its own row class (its rows are unrolled).
         for &t in self.tiles.iter().filter(|t| {
             if t.skinny {
-                t.bm as usize == key.rows
+                t.bm as usize == key.rows || t.bm as usize == key.rows.next_power_of_two()
             } else {
                 t.bm as usize <= (2 * key.rows).max(32)
             }
@@ -1039,7 +1039,7 @@ impl WgpuEngine {
         }
         let (m, k, n) = shapes[0];
         let key = TuneKey {
-            rows: m.next_power_of_two(),
+            rows: row_class(m),
             n,
             k,
             out_in: transpose_b,
@@ -1185,7 +1185,7 @@ impl WgpuEngine {
         ws.iter()
             .map(|w| {
                 let key = TuneKey {
-                    rows: m.next_power_of_two(),
+                    rows: row_class(m),
                     n: w.d_out,
                     k,
                     out_in: w.layout == WeightLayout::OutIn,
@@ -1485,6 +1485,17 @@ impl Engine for WgpuEngine {
     }
 }
 
+
+/// The tuning class of products of `m` rows: `m` itself where a few-row tile of exactly
+/// that many rows exists (9: one decode row under the default 8 shield rows), else the
+/// next power of two.
+fn row_class(m: usize) -> usize {
+    if shaders::SKINNY_TILES.iter().any(|t| t.bm as usize == m) {
+        m
+    } else {
+        m.next_power_of_two()
+    }
+}
 
 /// Bytes from which [`write_mapped`] splits a copy over rayon's pool, and its pieces.
 const PAR_UPLOAD_MIN: usize = 128 << 10;

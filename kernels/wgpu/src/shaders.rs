@@ -187,11 +187,12 @@ pub const COOP_TILES: [Tile; 9] = [
     Tile::coop(16, 64, 64, 1, 2),
 ];
 
-/// Few-row tiles for decode products: per row class (1, 2, 4, 8 and 16 rows: a masked
-/// decode step's linears have 1 + 8 shield rows) the basic tile, the same issuing two
-/// loads per column ahead, and a 16-lane tile that reads 256 contiguous bytes of a weight
-/// row per step. Autotuning tries those of a product's class.
-pub const SKINNY_TILES: [Tile; 15] = [
+/// Few-row tiles for decode products: per row class (1, 2, 4, 8, 9 and 16 rows: a masked
+/// decode step's linears have 1 + 8 shield rows, which the 16-row tiles computed with 7
+/// rows of zeros) the basic tile, the same issuing two loads per column ahead, and a
+/// 16-lane tile that reads 256 contiguous bytes of a weight row per step. Autotuning tries
+/// those of a product's class and of the next power of two.
+pub const SKINNY_TILES: [Tile; 18] = [
     Tile::skinny(1, 64, 8, 1),
     Tile::skinny(1, 64, 8, 2),
     Tile::skinny(1, 32, 16, 2),
@@ -204,6 +205,9 @@ pub const SKINNY_TILES: [Tile; 15] = [
     Tile::skinny(8, 32, 8, 1),
     Tile::skinny(8, 32, 8, 2),
     Tile::skinny(8, 16, 16, 2),
+    Tile::skinny(9, 32, 8, 1),
+    Tile::skinny(9, 32, 8, 2),
+    Tile::skinny(9, 16, 16, 2),
     Tile::skinny(16, 32, 8, 1),
     Tile::skinny(16, 32, 8, 2),
     Tile::skinny(16, 16, 16, 2),
