@@ -1498,13 +1498,15 @@ fn row_class(m: usize) -> usize {
 }
 
 /// Bytes from which [`write_mapped`] splits a copy over rayon's pool, and its pieces.
-const PAR_UPLOAD_MIN: usize = 128 << 10;
+/// Decode calls (at most 1.8 MB: a masked B = 8 step's `down` input) stay on one core: the
+/// masked executor draws the next linears' shield rows on the pool during the call, and a
+/// caller that waits for its pieces steals those draws (+70 µs a call on the H200, measured).
+const PAR_UPLOAD_MIN: usize = 4 << 20;
 const UPLOAD_PIECE: usize = 64 << 10;
 
 /// `dst ← src` for a write-only mapped range, in pieces on rayon's pool when large: one
-/// core writes mapped (write-combining) memory at ~10 GB/s, and a masked B = 8 decode
-/// call uploads 862 KiB (an embedding batch's linear tens of MB) while the TEE's other
-/// cores wait for the engine.
+/// core writes mapped (write-combining) memory at ~10 GB/s, and an embedding batch's
+/// linear uploads tens of MB while the TEE's other cores wait for the engine.
 fn write_mapped(dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8]) {
     use rayon::prelude::*;
     /// A piece of the mapping, handed to one worker.
