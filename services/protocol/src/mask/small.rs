@@ -7,7 +7,10 @@
 //! CSPRNG but not on `H`. `P` is computed while the engine works on the previous linear
 //! (the TEE's cores idle then), and the linear itself only adds `n` rank-one terms: at
 //! Qwen3-1.7B decode that took the masks (40 µs a call) off the path between engine calls.
-//! Every `P` serves one linear and is zeroized when taken; an unused one dies with the pass.
+//! Every `P` serves one linear; its buffer is then stale and the next preparation for that
+//! width overwrites it in place. The buffers are zeroized when the block is dropped (at the
+//! end of the pass), not after each use: `zeroize`'s volatile stores go one element at a
+//! time, ~10 µs a call at these widths, on the path between engine calls.
 
 use kernels::cpu::{sgemm, sgemm_acc};
 use rand::Rng;
@@ -32,8 +35,17 @@ pub struct SmallBlock {
     lead: Vec<f32>,
     /// `A[:, n..]`, `s×(s−n)` row-major.
     shield: Vec<f32>,
-    /// `(d, P)`: `P = A[:, n..]·Ĝ` (`s×d`) for one future linear of input width `d`.
-    ready: Vec<(usize, Vec<f32>)>,
+    /// One per input width seen: `P = A[:, n..]·Ĝ` (`s×d`) for the next linear of width `d`.
+    products: Vec<Product>,
+    /// Scratch for the unit Gaussian rows `Ĝ` (`k×d`), overwritten by every draw.
+    gauss: Vec<f32>,
+}
+
+/// A shield product for input width `d`, `fresh` until one linear has used it.
+struct Product {
+    d: usize,
+    p: Vec<f32>,
+    fresh: bool,
 }
 
 impl SmallBlock {
@@ -52,7 +64,7 @@ impl SmallBlock {
             shield.extend_from_slice(&row[n..]);
         }
         a.scrub();
-        Some(SmallBlock { s, n, lead, shield, ready: Vec::new() })
+        Some(SmallBlock { s, n, lead, shield, products: Vec::new(), gauss: Vec::new() })
     }
 
     pub fn order(&self) -> usize {
@@ -61,51 +73,66 @@ impl SmallBlock {
 
     /// Whether a shield product for input width `d` waits to be used.
     pub fn is_ready(&self, d: usize) -> bool {
-        self.ready.iter().any(|(w, _)| *w == d)
+        self.products.iter().any(|q| q.d == d && q.fresh)
     }
 
     /// Draws fresh unit-norm shield rows for one linear of input width `d` and stores their
     /// product with the mask's shield columns, unless one is already waiting.
     pub fn prepare(&mut self, d: usize, rng: &mut impl Rng) {
-        if self.is_ready(d) {
-            return;
+        let i = self.product_slot(d);
+        if !self.products[i].fresh {
+            self.draw_product(i, rng);
         }
-        let p = self.shield_product(d, rng);
-        self.ready.push((d, p));
     }
 
-    fn shield_product(&self, d: usize, rng: &mut impl Rng) -> Vec<f32> {
-        let k = self.s - self.n;
-        let mut p = vec![0.0f32; self.s * d];
-        if k == 0 || d == 0 {
-            return p;
+    /// Index of width `d`'s product buffer (an empty stale one when `d` is new).
+    fn product_slot(&mut self, d: usize) -> usize {
+        match self.products.iter().position(|q| q.d == d) {
+            Some(i) => i,
+            None => {
+                self.products.push(Product { d, p: Vec::new(), fresh: false });
+                self.products.len() - 1
+            }
         }
-        let mut g = vec![0.0f32; k * d];
-        shield::draw_gaussians(&mut g, rng);
-        for row in g.chunks_exact_mut(d) {
+    }
+
+    /// Overwrites product `i` with `A[:, n..]·Ĝ` for fresh unit Gaussian rows `Ĝ`.
+    fn draw_product(&mut self, i: usize, rng: &mut impl Rng) {
+        let (s, k) = (self.s, self.s - self.n);
+        let Product { d, p, fresh } = &mut self.products[i];
+        let d = *d;
+        p.resize(s * d, 0.0);
+        *fresh = true;
+        if k == 0 || d == 0 {
+            p.fill(0.0);
+            return;
+        }
+        self.gauss.resize(k * d, 0.0);
+        shield::draw_gaussians(&mut self.gauss, rng);
+        for row in self.gauss.chunks_exact_mut(d) {
             let f = (1.0 / shield::sum_squares(row).sqrt().max(f64::MIN_POSITIVE)) as f32;
             row.iter_mut().for_each(|v| *v *= f);
         }
-        sgemm(self.s, d, k, &self.shield, (k, 1), &g, (d, 1), &mut p);
-        g.zeroize();
-        p
+        sgemm(s, d, k, &self.shield, (k, 1), &self.gauss, (d, 1), p);
     }
 
     /// `out ← A·[H; S]` for the `n×d` activation rows `h`, the shield rows at norm
     /// `energy ×` the mean row norm of `h` (zero rows when `energy` is 0). Uses the
-    /// prepared shield product for width `d` (drawing one now if none waits) and scrubs it.
+    /// prepared shield product for width `d` (drawing one now if none waits); it is stale
+    /// afterwards.
     pub fn apply(&mut self, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng, out: &mut [f32]) {
         debug_assert_eq!((h.len(), out.len()), (self.n * d, self.s * d));
         if energy == 0.0 {
             out.iter_mut().for_each(|v| *v = 0.0);
         } else {
-            let mut p = match self.ready.iter().position(|(w, _)| *w == d) {
-                Some(i) => self.ready.swap_remove(i).1,
-                None => self.shield_product(d, rng),
-            };
+            let i = self.product_slot(d);
+            if !self.products[i].fresh {
+                self.draw_product(i, rng);
+            }
+            let q = &mut self.products[i];
+            q.fresh = false;
             let t = shield::target_norm(h, d, energy) as f32;
-            out.iter_mut().zip(&p).for_each(|(o, &v)| *o = t * v);
-            p.zeroize();
+            out.iter_mut().zip(&q.p).for_each(|(o, &v)| *o = t * v);
         }
         let n = self.n;
         if n <= AXPY_ROWS {
@@ -141,6 +168,7 @@ impl Drop for SmallBlock {
     fn drop(&mut self) {
         self.lead.zeroize();
         self.shield.zeroize();
-        self.ready.iter_mut().for_each(|(_, p)| p.zeroize());
+        self.gauss.zeroize();
+        self.products.iter_mut().for_each(|q| q.p.zeroize());
     }
 }
