@@ -136,7 +136,7 @@ pub(crate) fn draw_gaussians(out: &mut [f32], rng: &mut impl Rng) {
 
 /// `Σ x_i²`: SIMD f32 partial sums over pieces of 256, added in f64 (a plain f64 sum is
 /// one dependent add per element, and it was most of a decode step's mask time).
-pub(crate) fn sum_squares(x: &[f32]) -> f64 {
+fn sum_squares(x: &[f32]) -> f64 {
     x.chunks(256).map(|c| kernels::simd::dot(c, c) as f64).sum()
 }
 
@@ -148,7 +148,7 @@ pub(crate) fn target_norm(h: &[f32], d: usize, energy: f32) -> f64 {
 }
 
 /// The factor that brings `row` to norm `target`.
-fn row_factor(row: &[f32], target: f64) -> f32 {
+pub(crate) fn row_factor(row: &[f32], target: f64) -> f32 {
     (target / sum_squares(row).sqrt().max(f64::MIN_POSITIVE)) as f32
 }
 

@@ -110,7 +110,7 @@ impl SmallBlock {
         self.gauss.resize(k * d, 0.0);
         shield::draw_gaussians(&mut self.gauss, rng);
         for row in self.gauss.chunks_exact_mut(d) {
-            let f = (1.0 / shield::sum_squares(row).sqrt().max(f64::MIN_POSITIVE)) as f32;
+            let f = shield::row_factor(row, 1.0);
             row.iter_mut().for_each(|v| *v *= f);
         }
         sgemm(s, d, k, &self.shield, (k, 1), &self.gauss, (d, 1), p);
