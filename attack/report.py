@@ -35,10 +35,15 @@ MASKED = ["c2", "c3", "c3b"]
 # Columns of the table: (label, phase, condition).
 COLUMNS = [("C0", "prefill", "c0"), ("C1", "prefill", "c1"), ("C2", "prefill", "c2"), ("C3", "prefill", "c3"),
            ("C3b", "prefill", "c3b"), ("C4·C0", "decode", "c0"), ("C4·C1", "decode", "c1"), ("C4", "decode", "c2"),
-           ("C4·C3", "decode", "c3"), ("C5·C0", "lm_head", "c0"), ("C5·C1", "lm_head", "c1"), ("C5", "lm_head", "c2"),
-           ("C5·C3", "lm_head", "c3")]
+           ("C4·C3", "decode", "c3"), ("C4s", "decode", "c2s"), ("C5·C0", "lm_head", "c0"), ("C5·C1", "lm_head", "c1"),
+           ("C5", "lm_head", "c2"), ("C5·C3", "lm_head", "c3"), ("C5s", "lm_head", "c2s")]
+# Shared decode-step masks (opt-in, `--decode-masks shared`): a decoder's decode steps under
+# one mask for all sequences of the step. Reported and checked as findings, outside the
+# issue's gates.
+SHARED = ["C4s", "C5s"]
+DECODERS = ("smollm2", "qwen")
 TOKEN_ATTACKS = ("NN", "IMA", "ISA", "LM-head argmax")
-SHIELD = {"c0": (0, 0.0), "c1": (0, 0.0), "c2": (8, 4.0), "c3": (8, 4.0), "c3b": (8, 4.0)}
+SHIELD = {"c0": (0, 0.0), "c1": (0, 0.0), "c2": (8, 4.0), "c3": (8, 4.0), "c3b": (8, 4.0), "c2s": (8, 4.0)}
 
 
 def order_fn(cond):
@@ -59,6 +64,8 @@ def capture(args, run, prompts_path):
     models_dir = Path(args.cache).parent / "models" if args.models_dir is None else Path(args.models_dir)
     for name in args.models:
         conds = PREFILL if args.full and name != "qwen" else ["c0", "c1", "c2", "c3"]
+        if name in DECODERS:
+            conds = conds + ["c2s"]
         cmd = [str(binary), "capture", "--model", str(models_dir / MODELS[name]), "--name", name, "--prompts",
                str(prompts_path), "--out", str(run), "--conditions", ",".join(conds), "--max-tokens",
                str(args.max_tokens), "--decode-tokens", str(args.decode_tokens), "--decode-prompts",
@@ -221,7 +228,7 @@ def gates(results, calibration):
                 gate(f"{model}: shield closes the column-Gram leak at {l} (rel. error ≥ 0.5)", x >= 0.5, fmt(x))
 
         # Findings: the extra attacks and the shapes the gates do not cover.
-        masked = ["C2", "C3", "C3b", "C4", "C4·C3", "C5", "C5·C3"]
+        masked = ["C2", "C3", "C3b", "C4", "C4·C3", "C5", "C5·C3"] + SHARED
         for attack in ("Row-space test (extra)", "BSS→NN (extra)", "BSS→argmax (extra)"):
             for l in masked:
                 x = v(res, attack, l)
@@ -238,7 +245,13 @@ def gates(results, calibration):
             if x is not None and x > c + 0.10:
                 findings.append(f"{model}: Gram identification picks the right prompt {100 * x:.1f} % of the time "
                                 f"at {l} (chance {100 * c:.1f} %)")
-        for l in ["C4", "C4·C3", "C5", "C5·C3"]:
+        for attack in TOKEN_ATTACKS:
+            for l in SHARED:
+                x = v(res, attack, l)
+                if x is not None and x > 0.10:
+                    findings.append(f"{model}: {attack} recovers {100 * x:.1f} % of tokens at {l} "
+                                    f"(shared decode masks; C4/C5 gate at 0.10)")
+        for l in ["C4", "C4·C3", "C5", "C5·C3"] + SHARED:
             x, r = v(res, "FastICA", l), v(res, "FastICA", l, "random")
             if x is not None and x > r + 0.10:
                 findings.append(f"{model}: FastICA separates the real row at {l}: |cos| {x:.3f} (random {r:.3f})")

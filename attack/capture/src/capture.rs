@@ -140,14 +140,28 @@ impl Buffer {
             self.d = u.cols();
         }
         ensure!(self.d == u.cols(), "site width changed from {} to {}", self.d, u.cols());
-        let orders: Vec<usize> = blocks.iter().map(|&n| cond.order(n)).collect();
-        ensure!(orders.iter().sum::<usize>() == u.rows(), "engine saw {} rows, blocks {blocks:?} give {orders:?}", u.rows());
+        for (&n, seq) in blocks.iter().zip(seqs) {
+            ensure!(seq.tokens.len() == n, "block of {n} rows described with {} tokens", seq.tokens.len());
+        }
+        let masked = cond.mask_blocks(blocks);
+        let orders: Vec<usize> = masked.iter().map(|&n| cond.order(n)).collect();
+        ensure!(orders.iter().sum::<usize>() == u.rows(), "engine saw {} rows, blocks {masked:?} give {orders:?}", u.rows());
         ensure!(blocks.iter().sum::<usize>() == h.rows(), "input has {} rows for blocks {blocks:?}", h.rows());
         let (mut u0, mut h0) = (self.u_rows, self.h_rows);
-        for ((&n, &s), seq) in blocks.iter().zip(&orders).zip(seqs) {
-            ensure!(seq.tokens.len() == n, "block of {n} rows described with {} tokens", seq.tokens.len());
+        // One record per mask block; a shared decode block (several sequences) carries its
+        // first sequence's prompt and position, and each row's own token.
+        let mut seqs = seqs.iter();
+        for (&n, &s) in masked.iter().zip(&orders) {
+            let mut rows = 0;
+            let mut first = None;
+            while rows < n {
+                let seq = seqs.next().context("fewer sequences than mask rows")?;
+                first.get_or_insert(seq);
+                self.tokens.extend(seq.tokens.iter().map(|&t| t as i32));
+                rows += seq.tokens.len();
+            }
+            let seq = first.context("an empty mask block")?;
             self.blocks.extend([seq.prompt, pass, u0, s, h0, n, seq.pos0].map(|v| v as i64));
-            self.tokens.extend(seq.tokens.iter().map(|&t| t as i32));
             u0 += s;
             h0 += n;
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use kernels::Engine;
 use protocol::{
     mask::{self, Family},
-    Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig,
+    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig,
 };
 use serde::Serialize;
 
@@ -22,11 +22,20 @@ pub enum Condition {
     Hd3,
     /// C3b: blocked HD₃ and shield(8, 4.0).
     Hd3Blocked,
+    /// C2s: C2 with shared decode-step masks (opt-in): a decode step's B rows, one per
+    /// sequence, under one Haar mask and 8 shield rows. Prefill is C2's.
+    SharedDecode,
 }
 
 impl Condition {
-    pub const ALL: [Condition; 5] =
-        [Condition::Plain, Condition::MaskOnly, Condition::Default, Condition::Hd3, Condition::Hd3Blocked];
+    pub const ALL: [Condition; 6] = [
+        Condition::Plain,
+        Condition::MaskOnly,
+        Condition::Default,
+        Condition::Hd3,
+        Condition::Hd3Blocked,
+        Condition::SharedDecode,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -35,6 +44,7 @@ impl Condition {
             Condition::Default => "c2",
             Condition::Hd3 => "c3",
             Condition::Hd3Blocked => "c3b",
+            Condition::SharedDecode => "c2s",
         }
     }
 
@@ -47,11 +57,21 @@ impl Condition {
         let (mask, shield) = match self {
             Condition::Plain => return None,
             Condition::MaskOnly => (MaskKind::Haar, ShieldConfig::off()),
-            Condition::Default => (MaskKind::Haar, ShieldConfig::default()),
+            Condition::Default | Condition::SharedDecode => (MaskKind::Haar, ShieldConfig::default()),
             Condition::Hd3 => (MaskKind::Hd3, ShieldConfig::default()),
             Condition::Hd3Blocked => (MaskKind::Hd3Blocked, ShieldConfig::default()),
         };
-        Some(MaskedConfig { mask, shield, ..MaskedConfig::default() })
+        let decode_masks = if self == Condition::SharedDecode { DecodeMasks::Shared } else { DecodeMasks::PerSequence };
+        Some(MaskedConfig { mask, shield, decode_masks, ..MaskedConfig::default() })
+    }
+
+    /// Activation rows under each mask of a pass over sequences of `blocks` rows (the
+    /// executor's own rule: one block per sequence, or one for a shared decode step).
+    pub fn mask_blocks(self, blocks: &[usize]) -> Vec<usize> {
+        match self.config() {
+            Some(cfg) => cfg.decode_masks.mask_blocks(blocks),
+            None => blocks.to_vec(),
+        }
     }
 
     /// Rows the engine receives for a sequence of `n` activation rows.

@@ -51,6 +51,16 @@ impl DecodeMasks {
     fn is_per_sequence(&self) -> bool {
         *self == DecodeMasks::PerSequence
     }
+
+    /// Rows under each mask of a pass over sequences of `blocks` rows: `blocks` itself, or
+    /// one block of all rows for a shared decode step (several sequences, one row each).
+    pub fn mask_blocks(self, blocks: &[usize]) -> Vec<usize> {
+        if self == DecodeMasks::Shared && blocks.len() > 1 && blocks.iter().all(|&n| n == 1) {
+            vec![blocks.len()]
+        } else {
+            blocks.to_vec()
+        }
+    }
 }
 
 impl std::str::FromStr for DecodeMasks {
@@ -467,8 +477,7 @@ impl Executor for MaskedExecutor {
         check_blocks(blocks)?;
         let mut rng = os_seeded_rng();
         let k = self.cfg.shield.rows;
-        let shared = self.cfg.decode_masks == DecodeMasks::Shared && blocks.len() > 1 && blocks.iter().all(|&n| n == 1);
-        let mask_blocks = if shared { vec![blocks.len()] } else { blocks.to_vec() };
+        let mask_blocks = self.cfg.decode_masks.mask_blocks(blocks);
         let masks: Vec<BlockMask> = mask_blocks
             .iter()
             .map(|&n| {

@@ -53,6 +53,11 @@ fn shared_decode_masks_mix_a_decode_steps_rows_under_one_block() {
     // A pass with a longer sequence keeps one block per sequence.
     let p = exec.begin(&[1, 4]).unwrap();
     assert_eq!(unsafe_downcast(&*p).dense_masks().iter().map(Matrix::rows).collect::<Vec<_>>(), vec![9, 12]);
+    // The rule the executor follows, public for the attack harness's capture.
+    assert_eq!(DecodeMasks::Shared.mask_blocks(&[1; 5]), vec![5]);
+    assert_eq!(DecodeMasks::Shared.mask_blocks(&[1, 4]), vec![1, 4]);
+    assert_eq!(DecodeMasks::Shared.mask_blocks(&[1]), vec![1]);
+    assert_eq!(DecodeMasks::PerSequence.mask_blocks(&[1; 5]), vec![1; 5]);
     // The default is unchanged, and absent from the scheme as before the option.
     let json = serde_json::to_string(&MaskedConfig::default()).unwrap();
     assert!(!json.contains("decode_masks"), "{json}");
