@@ -1485,7 +1485,6 @@ impl Engine for WgpuEngine {
     }
 }
 
-
 /// The tuning class of products of `m` rows: `m` itself where a few-row tile of exactly
 /// that many rows exists (9: one decode row under the default 8 shield rows), else the
 /// next power of two.
