@@ -39,7 +39,9 @@ pub struct ProtocolArgs {
     #[arg(long, env = "GELO_SHIELD_ENERGY", default_value_t = 4.0)]
     pub shield_energy: f32,
     /// Decode-step masks: `per-sequence` (each sequence's row under its own shield rows) or
-    /// `shared` (a step's rows mixed under one mask and one set of shield rows).
+    /// `shared` (a step's rows mixed under one mask and one set of shield rows: faster at
+    /// batched decode, and measurably weaker there against the attack harness's
+    /// nearest-neighbour attack; see docs/SECURITY.md).
     #[arg(long, env = "GELO_DECODE_MASKS", default_value = "per-sequence")]
     pub decode_masks: DecodeMasks,
     /// U-Verify probes per weight (0: off).
