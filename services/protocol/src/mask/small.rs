@@ -79,10 +79,16 @@ impl SmallBlock {
     /// Draws fresh unit-norm shield rows for one linear of input width `d` and stores their
     /// product with the mask's shield columns, unless one is already waiting.
     pub fn prepare(&mut self, d: usize, rng: &mut impl Rng) {
+        self.fresh_product(d, rng);
+    }
+
+    /// Index of a fresh product for width `d`, drawn now unless one waits.
+    fn fresh_product(&mut self, d: usize, rng: &mut impl Rng) -> usize {
         let i = self.product_slot(d);
         if !self.products[i].fresh {
             self.draw_product(i, rng);
         }
+        i
     }
 
     /// Index of width `d`'s product buffer (an empty stale one when `d` is new).
@@ -125,10 +131,7 @@ impl SmallBlock {
         if energy == 0.0 {
             out.iter_mut().for_each(|v| *v = 0.0);
         } else {
-            let i = self.product_slot(d);
-            if !self.products[i].fresh {
-                self.draw_product(i, rng);
-            }
+            let i = self.fresh_product(d, rng);
             let q = &mut self.products[i];
             q.fresh = false;
             let t = shield::target_norm(h, d, energy) as f32;
