@@ -32,6 +32,55 @@ impl Masked {
     pub fn cols(&self) -> usize {
         self.0.cols()
     }
+
+    pub fn view(&self) -> MaskedView<'_> {
+        MaskedView { rows: self.0.rows(), cols: self.0.cols(), data: self.0.as_slice() }
+    }
+}
+
+/// A borrowed masked matrix (row-major): a product an engine lends out of its own memory
+/// (for the Vulkan engine, the mapped read-back buffer) instead of copying it out.
+#[derive(Clone, Copy)]
+pub struct MaskedView<'a> {
+    rows: usize,
+    cols: usize,
+    data: &'a [f32],
+}
+
+impl<'a> MaskedView<'a> {
+    /// Views `data` as a `rows × cols` product the engine computed on masked operands.
+    pub fn from_mixed(rows: usize, cols: usize, data: &'a [f32]) -> Result<Self, crate::ShapeError> {
+        if rows.checked_mul(cols) != Some(data.len()) {
+            return Err(crate::ShapeError { rows, cols, len: data.len() });
+        }
+        Ok(MaskedView { rows, cols, data })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    pub fn as_slice(&self) -> &'a [f32] {
+        self.data
+    }
+
+    pub fn row(&self, r: usize) -> &'a [f32] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+impl std::fmt::Debug for MaskedView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MaskedView({}x{})", self.rows, self.cols)
+    }
 }
 
 impl std::fmt::Debug for Masked {

@@ -5,7 +5,7 @@ use std::{fmt, sync::Arc};
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 
-use crate::Masked;
+use crate::{Masked, MaskedView};
 
 /// Name under which a public weight is registered (e.g. `blk.3.attn_qkv`).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -232,6 +232,20 @@ pub trait Engine: Send + Sync {
     /// `x · W_id` for every id, with one transfer of `x` and one synchronisation.
     fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError>;
 
+    /// [`Engine::matmul_many`] with the products lent to `read` (once, all of them, in the
+    /// order of `ids`) instead of returned: an engine that reads results out of mapped
+    /// memory lends them from there, so the caller's own pass over them is the only one.
+    /// The default lends them from the matrices [`Engine::matmul_many`] returns
+    /// ([`lend_returned`]).
+    fn matmul_many_with(
+        &self,
+        x: &Masked,
+        ids: &[WeightId],
+        read: &mut dyn FnMut(&[MaskedView<'_>]),
+    ) -> Result<(), EngineError> {
+        lend_returned(self, x, ids, read)
+    }
+
     /// Runtime × runtime product `a · b`, or `a · bᵀ` when `transpose_b`.
     fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool)
     -> Result<Masked, EngineError>;
@@ -260,6 +274,20 @@ pub trait Engine: Send + Sync {
     fn recycle(&self, buf: Vec<f32>) {
         drop(buf);
     }
+}
+
+/// [`Engine::matmul_many_with`] through [`Engine::matmul_many`]: the products are copied
+/// out first, lent from the copies, and the copies recycled.
+pub fn lend_returned<E: Engine + ?Sized>(
+    engine: &E,
+    x: &Masked,
+    ids: &[WeightId],
+    read: &mut dyn FnMut(&[MaskedView<'_>]),
+) -> Result<(), EngineError> {
+    let zs = engine.matmul_many(x, ids)?;
+    read(&zs.iter().map(Masked::view).collect::<Vec<_>>());
+    zs.into_iter().for_each(|z| engine.recycle(z.into_matrix().into_vec()));
+    Ok(())
 }
 
 /// Checks shared by engines: non-empty operand with the weight's inner dimension.

@@ -14,7 +14,7 @@ pub mod pool;
 pub mod simd;
 pub mod timing;
 
-pub use boundary::{danger, Masked};
+pub use boundary::{danger, Masked, MaskedView};
 pub use cpu::CpuEngine;
 pub use engine::{
     Engine, EngineError, EngineInfo, Precision, Registered, Weight, WeightData, WeightId,

@@ -3,10 +3,10 @@
 
 use std::{
     sync::atomic::{AtomicU64, Ordering},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
-use crate::{Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
+use crate::{Engine, EngineError, EngineInfo, Masked, MaskedView, Registered, Weight, WeightId};
 
 /// Wraps an engine and sums the wall time of its calls.
 pub struct TimedEngine<E> {
@@ -32,9 +32,13 @@ impl<E: Engine> TimedEngine<E> {
     fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
         let t = Instant::now();
         let out = f();
-        self.nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.account(t.elapsed());
         out
+    }
+
+    fn account(&self, spent: Duration) {
+        self.nanos.fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -53,6 +57,18 @@ impl<E: Engine> Engine for TimedEngine<E> {
 
     fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
         self.timed(|| self.inner.matmul_many(x, ids))
+    }
+
+    /// The caller's time in `read` is its own, not the engine's: it is left out.
+    fn matmul_many_with(&self, x: &Masked, ids: &[WeightId], read: &mut dyn FnMut(&[MaskedView<'_>])) -> Result<(), EngineError> {
+        let (t, mut reading) = (Instant::now(), Duration::ZERO);
+        let out = self.inner.matmul_many_with(x, ids, &mut |zs| {
+            let r = Instant::now();
+            read(zs);
+            reading += r.elapsed();
+        });
+        self.account(t.elapsed().saturating_sub(reading));
+        out
     }
 
     fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
@@ -91,6 +107,10 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
 
     fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
         (**self).matmul_many(x, ids)
+    }
+
+    fn matmul_many_with(&self, x: &Masked, ids: &[WeightId], read: &mut dyn FnMut(&[MaskedView<'_>])) -> Result<(), EngineError> {
+        (**self).matmul_many_with(x, ids, read)
     }
 
     fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
