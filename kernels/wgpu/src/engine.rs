@@ -19,7 +19,7 @@ use std::{
 };
 
 use kernels::{
-    Engine, EngineError, EngineInfo, Masked, Matrix, Precision, Registered, Weight, WeightId,
+    Engine, EngineError, EngineInfo, Masked, MaskedView, Matrix, Precision, Registered, Weight, WeightId,
     WeightLayout,
     engine::{check_operand, dynamic_shape},
 };
@@ -866,6 +866,28 @@ impl WgpuEngine {
 
     /// Runs one call: upload, every dispatch, read-back, one wait.
     fn execute(&self, job: Job<'_>) -> Result<Vec<Matrix>, EngineError> {
+        self.execute_with(job, true, |views| {
+            views
+                .iter()
+                .map(|z| {
+                    // Into a recycled buffer when one is pooled (results are masked data).
+                    let mut data = self.buffers.take_empty(z.rows() * z.cols());
+                    kernels::cpu::extend_parallel(&mut data, z.as_slice());
+                    Matrix::from_vec(z.rows(), z.cols(), data).expect("output sized to its shape")
+                })
+                .collect()
+        })
+    }
+
+    /// [`Self::execute`], with the results lent to `read` straight out of the mapped
+    /// read-back buffer. `read`'s time counts as read-back only when it is the engine's own
+    /// (`ours`: copying results out), not when the caller reads in place.
+    fn execute_with<R>(
+        &self,
+        job: Job<'_>,
+        ours: bool,
+        read: impl FnOnce(&[MaskedView<'_>]) -> R,
+    ) -> Result<R, EngineError> {
         self.gpu.check_alive()?;
         let t0 = Instant::now();
         let op = job.op;
@@ -970,8 +992,9 @@ impl WgpuEngine {
         }
         let t2 = Instant::now();
 
-        // 4. Results out of the mapped read-back.
+        // 4. Results lent out of the mapped read-back.
         let mut gpu_ns = None;
+        let reading;
         let out = {
             let view = slot
                 .down
@@ -986,23 +1009,35 @@ impl WgpuEngine {
                 gpu_ns =
                     Some((ticks as f64 * f64::from(self.gpu.queue.get_timestamp_period())) as u64);
             }
-            job.outputs
+            let bytes = &view[..out_bytes as usize];
+            // A mapping is aligned far beyond 4 bytes; copy only if one ever is not.
+            let copied;
+            let all: &[f32] = match bytemuck::try_cast_slice(bytes) {
+                Ok(v) => v,
+                Err(_) => {
+                    copied = bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect::<Vec<_>>();
+                    &copied
+                }
+            };
+            let views: Vec<MaskedView<'_>> = job
+                .outputs
                 .iter()
                 .map(|&(off, rows, cols)| {
-                    // Into a recycled buffer when one is pooled (results are masked data).
-                    let bytes = &view[off * 4..(off + rows * cols) * 4];
-                    let mut data = self.buffers.take_empty(rows * cols);
-                    match bytemuck::try_cast_slice::<u8, f32>(bytes) {
-                        Ok(src) => kernels::cpu::extend_parallel(&mut data, src),
-                        Err(_) => data.extend(bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))),
-                    }
-                    Matrix::from_vec(rows, cols, data).expect("output sized to its shape")
+                    MaskedView::from_mixed(rows, cols, &all[off..off + rows * cols])
+                        .expect("output sized to its shape")
                 })
-                .collect::<Vec<_>>()
+                .collect();
+            let r = Instant::now();
+            let out = read(&views);
+            reading = if ours { Duration::ZERO } else { r.elapsed() };
+            out
         };
         slot.down.unmap();
         self.put_slot(slot);
-        let t3 = Instant::now();
+        let t3 = Instant::now() - reading;
 
         let mut st = self.stats.lock().expect("stats poisoned");
         st.calls += 1;
@@ -1180,6 +1215,26 @@ impl WgpuEngine {
 impl WgpuEngine {
     /// The job of `x · W` for every weight, `tiles[i]` for the i-th.
     /// The plan of each product of `x` by `ws` (tuning classes seen for the first time).
+    /// The job of `x · W_id` for every id, `None` for no ids.
+    fn products_job<'a>(
+        &self,
+        x: &'a Masked,
+        ids: &[WeightId],
+    ) -> Result<Option<Job<'a>>, EngineError> {
+        let ws = ids
+            .iter()
+            .map(|id| self.weight(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        for w in &ws {
+            check_operand("matmul", x, w.d_in)?;
+        }
+        if ws.is_empty() {
+            return Ok(None);
+        }
+        let plans = self.many_plans(x, &ws)?;
+        self.many_job(x, &ws, &plans).map(Some)
+    }
+
     fn many_plans(&self, x: &Masked, ws: &[Arc<GpuWeight>]) -> Result<Vec<Plan>, EngineError> {
         let (m, k) = (x.rows(), x.cols());
         ws.iter()
@@ -1394,23 +1449,27 @@ impl Engine for WgpuEngine {
     }
 
     fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
-        let ws = ids
-            .iter()
-            .map(|id| self.weight(id))
-            .collect::<Result<Vec<_>, _>>()?;
-        for w in &ws {
-            check_operand("matmul", x, w.d_in)?;
-        }
-        if ws.is_empty() {
+        let Some(job) = self.products_job(x, ids)? else {
             return Ok(Vec::new());
-        }
-        let plans = self.many_plans(x, &ws)?;
-        let job = self.many_job(x, &ws, &plans)?;
+        };
         Ok(self
             .execute(job)?
             .into_iter()
             .map(Masked::from_mixed)
             .collect())
+    }
+
+    /// The products are lent straight out of the mapped read-back buffer.
+    fn matmul_many_with(
+        &self,
+        x: &Masked,
+        ids: &[WeightId],
+        read: &mut dyn FnMut(&[MaskedView<'_>]),
+    ) -> Result<(), EngineError> {
+        match self.products_job(x, ids)? {
+            Some(job) => self.execute_with(job, false, read),
+            None => Ok(read(&[])),
+        }
     }
 
     fn matmul_dynamic(

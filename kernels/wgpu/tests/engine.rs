@@ -130,6 +130,23 @@ fn matmul_many_returns_every_product_of_one_upload() {
         assert_product(name.as_str(), g.matrix(), e.matrix(), &x, &dense(w));
     }
     assert!(gpu.matmul_many(&plain(&x), &[]).unwrap().is_empty());
+    // Lent out of the mapped read-back: the same products, bit for bit, once, in order.
+    let mut lent = Vec::new();
+    gpu.matmul_many_with(&plain(&x), &ids, &mut |zs| {
+        lent.extend(zs.iter().map(|z| (z.shape(), z.as_slice().to_vec())))
+    })
+    .unwrap();
+    let returned: Vec<_> = got.iter().map(|g| (g.matrix().shape(), g.matrix().as_slice().to_vec())).collect();
+    assert_eq!(lent, returned);
+    let mut calls = 0;
+    gpu.matmul_many_with(&plain(&x), &[], &mut |zs| {
+        assert!(zs.is_empty());
+        calls += 1;
+    })
+    .unwrap();
+    assert_eq!(calls, 1);
+    let unknown = gpu.matmul_many_with(&plain(&x), &[id("many.none")], &mut |_| panic!("no products to lend"));
+    assert!(matches!(unknown, Err(EngineError::UnknownWeight(_))), "{unknown:?}");
 }
 
 #[test]
