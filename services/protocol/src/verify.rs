@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use kernels::{Matrix, Precision, Weight};
+use kernels::{MaskedView, Matrix, Precision, Weight};
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroize;
@@ -129,7 +129,7 @@ impl Probes {
 
     /// Checks `z = u·W` for `u` (`s×d_in`) and `z` (`s×d_out`). Rows are checked in
     /// parallel when there is enough work; the first failing row (lowest index) is reported.
-    pub fn check(&self, weight: &str, u: &Matrix, z: &Matrix) -> Result<(), IntegrityViolation> {
+    pub fn check(&self, weight: &str, u: &Matrix, z: MaskedView<'_>) -> Result<(), IntegrityViolation> {
         debug_assert_eq!(u.cols(), self.d_in);
         debug_assert_eq!(z.cols(), self.d_out);
         let check_row = |row: usize| -> Option<IntegrityViolation> {

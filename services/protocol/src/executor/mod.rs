@@ -9,7 +9,7 @@ use std::{
     time::Instant,
 };
 
-use kernels::{danger, Engine, EngineInfo, Masked, Matrix, Precision, Weight, WeightId, WeightLayout};
+use kernels::{danger, Engine, EngineInfo, Masked, MaskedView, Matrix, Precision, Weight, WeightId, WeightLayout};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
@@ -18,7 +18,11 @@ use serde::{Deserialize, Serialize};
 use crate::{
     attention::{self, Causal, Head},
     error::{ProtocolError, Result},
-    mask::{self, small::SmallBlock, BlockMask, CostModel, Family, MaskKind},
+    mask::{
+        self,
+        small::{self, Lead, SmallBlock},
+        BlockMask, CostModel, Family, MaskKind,
+    },
     os_seeded_rng, shield,
     shield::ShieldConfig,
     verify::{Probes, UVerifyConfig},
@@ -492,9 +496,9 @@ impl Executor for MaskedExecutor {
             spares.resize_with(mask_blocks.len(), shield::Spare::default);
             spares
         };
-        let small = masks.iter().zip(&mask_blocks).map(|(m, &n)| SmallBlock::new(m, n)).collect();
+        let (leads, small) = masks.iter().zip(&mask_blocks).map(|(m, &n)| small::split(m, n).unzip()).unzip();
         let widths = self.widths.lock().expect("poisoned").clone();
-        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), mask_blocks, masks, small, rng, spares, widths }))
+        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), mask_blocks, masks, leads, small, rng, spares, widths }))
     }
 
     fn scheme(&self) -> Scheme {
@@ -520,8 +524,9 @@ struct MaskedPass<'a> {
     mask_blocks: Vec<usize>,
     /// One per mask block.
     masks: Vec<BlockMask>,
-    /// One per mask block: its dense columns and prepared shield products, for blocks of
-    /// order up to [`mask::small::MAX_ORDER`] (a decode step's).
+    /// One per mask block of order up to [`mask::small::MAX_ORDER`] (a decode step's): its
+    /// activation columns, and its shield columns with their prepared products.
+    leads: Vec<Option<Lead>>,
     small: Vec<Option<SmallBlock>>,
     rng: ChaCha20Rng,
     /// One per mask block (used by the blocks without a [`SmallBlock`]).
@@ -537,6 +542,61 @@ fn recover_flops(masks: &[BlockMask], blocks: &[usize], d: usize) -> usize {
 
 /// Spares kept between passes (the most sequences of a batch one executor serves at once).
 const MAX_SPARES: usize = 256;
+
+/// The engine's products for `u` against `weights`: each of the expected shape, and, when
+/// U-Verify is on, each passing its probes (a failure poisons the executor).
+fn check_products(exec: &MaskedExecutor, u: &Masked, zs: &[MaskedView<'_>], weights: &[Arc<Provisioned>], ids: &[WeightId]) -> Result<()> {
+    if zs.len() != ids.len() {
+        return Err(ProtocolError::Shape { op: "linear", detail: format!("engine returned {} products for {} weights", zs.len(), ids.len()) });
+    }
+    for ((z, w), id) in zs.iter().zip(weights).zip(ids) {
+        if z.shape() != (u.rows(), w.dims.d_out) {
+            return Err(ProtocolError::Shape {
+                op: "linear",
+                detail: format!("engine returned {:?} for `{id}`, expected {:?}", z.shape(), (u.rows(), w.dims.d_out)),
+            });
+        }
+        // The probes' read guard must be released before `poison` redraws them.
+        let verdict = w.probes.read().expect("poisoned").as_ref().map(|probes| {
+            exec.integrity.checked.fetch_add(1, Ordering::Relaxed);
+            probes.check(id.as_str(), u.matrix(), *z)
+        });
+        if let Some(Err(v)) = verdict {
+            exec.poison(&v.to_string());
+            return Err(ProtocolError::Integrity(v));
+        }
+    }
+    Ok(())
+}
+
+/// First `n_i` rows of `A_iᵀ·Z_i` for every mask block (`n_i` rows under mask `A_i`):
+/// `H·W` without the shield rows. `z` is what the engine returned (masked), read in place.
+/// Blocks are recovered in parallel (a block's own column tiles are too few to keep many
+/// cores busy: 12 at d = 768).
+fn recover(masks: &[BlockMask], leads: &[Option<Lead>], mask_blocks: &[usize], z: MaskedView<'_>) -> Matrix {
+    let d = z.cols();
+    let rows: usize = mask_blocks.iter().sum();
+    let mut out = Matrix::zeros(rows, d);
+    let mut jobs = Vec::with_capacity(masks.len());
+    let (mut z_rest, mut out_rest) = (z.as_slice(), out.as_mut_slice());
+    for ((mask, lead), &n) in masks.iter().zip(leads).zip(mask_blocks) {
+        let (zb, zr) = z_rest.split_at(mask.order() * d);
+        let (ob, or) = std::mem::take(&mut out_rest).split_at_mut(n * d);
+        jobs.push((mask, lead.as_ref(), zb, n, ob));
+        z_rest = zr;
+        out_rest = or;
+    }
+    let recover = |(mask, lead, zb, n, ob): (&BlockMask, Option<&Lead>, &[f32], usize, &mut [f32])| match lead {
+        Some(lead) => lead.recover(zb, d, ob),
+        None => mask.recover(zb, d, n, ob),
+    };
+    if kernels::cpu::worth_parallel(recover_flops(masks, mask_blocks, d)) {
+        jobs.into_par_iter().for_each(recover);
+    } else {
+        jobs.into_iter().for_each(recover);
+    }
+    out
+}
 
 impl MaskedPass<'_> {
     /// `U = blockdiag(A_i)·[H_i; S_i]` for all mask blocks, stacked. Blocks are masked in
@@ -560,18 +620,18 @@ impl MaskedPass<'_> {
             u_rest = ur;
         }
         let energy = self.exec.cfg.shield.energy;
-        type Job<'j> = (((&'j BlockMask, &'j mut Option<SmallBlock>), (&'j [f32], &'j mut [f32])), [u8; 32]);
-        let work = |((((mask, small), (hb, ub)), seed), spare): (Job<'_>, &mut shield::Spare)| {
+        type Job<'j> = (((&'j BlockMask, (&'j Option<Lead>, &'j mut Option<SmallBlock>)), (&'j [f32], &'j mut [f32])), [u8; 32]);
+        let work = |((((mask, (lead, small)), (hb, ub)), seed), spare): (Job<'_>, &mut shield::Spare)| {
             let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
-            match small {
-                Some(small) => small.apply(hb, d, energy, &mut rng, ub),
-                None => {
+            match (lead, small) {
+                (Some(lead), Some(small)) => small.apply(lead, hb, d, energy, &mut rng, ub),
+                _ => {
                     let len = (mask.order() - hb.len() / d.max(1)) * d;
                     spare.lend(len, hb, d, energy, &mut rng, |g, factors| mask.apply_scaled(hb, g, factors, d, ub));
                 }
             }
         };
-        let jobs: Vec<_> = self.masks.iter().zip(self.small.iter_mut()).zip(parts).zip(seeds).zip(self.spares.iter_mut()).collect();
+        let jobs: Vec<_> = self.masks.iter().zip(self.leads.iter().zip(self.small.iter_mut())).zip(parts).zip(seeds).zip(self.spares.iter_mut()).collect();
         // A decode step's blocks (one row under k shield rows each) are cheaper than a fork.
         let flops: usize = orders.iter().map(|&s| 2 * s * s * d).sum();
         if jobs.len() > 1 && kernels::cpu::worth_parallel(flops) {
@@ -580,35 +640,6 @@ impl MaskedPass<'_> {
             jobs.into_iter().for_each(work);
         }
         u
-    }
-
-    /// First `n_i` rows of `A_iᵀ·Z_i` for every mask block: `H·W` without the shield rows.
-    /// `z` is what the engine returned (masked); it is read, never transformed in place.
-    /// Blocks are recovered in parallel (a block's own column tiles are too few to keep
-    /// many cores busy: 12 at d = 768).
-    fn recover(&self, z: &Matrix) -> Matrix {
-        let d = z.cols();
-        let rows: usize = self.blocks.iter().sum();
-        let mut out = Matrix::zeros(rows, d);
-        let mut jobs = Vec::with_capacity(self.masks.len());
-        let (mut z_rest, mut out_rest) = (z.as_slice(), out.as_mut_slice());
-        for ((mask, small), &n) in self.masks.iter().zip(&self.small).zip(&self.mask_blocks) {
-            let (zb, zr) = z_rest.split_at(mask.order() * d);
-            let (ob, or) = std::mem::take(&mut out_rest).split_at_mut(n * d);
-            jobs.push((mask, small.as_ref(), zb, n, ob));
-            z_rest = zr;
-            out_rest = or;
-        }
-        let recover = |(mask, small, zb, n, ob): (&BlockMask, Option<&SmallBlock>, &[f32], usize, &mut [f32])| match small {
-            Some(small) => small.recover(zb, d, ob),
-            None => mask.recover(zb, d, n, ob),
-        };
-        if kernels::cpu::worth_parallel(recover_flops(&self.masks, &self.mask_blocks, d)) {
-            jobs.into_par_iter().for_each(recover);
-        } else {
-            jobs.into_iter().for_each(recover);
-        }
-        out
     }
 
     /// Heads of one key length `len`, by the configured attention levers.
@@ -658,13 +689,38 @@ impl Pass for MaskedPass<'_> {
         if !self.widths.contains(&d) && self.widths.len() < MAX_WIDTHS {
             self.widths.push(d);
         }
-        let engine = &self.exec.engine;
+        let exec = self.exec;
         let seeds: Vec<[u8; 32]> = self.spares.iter().map(|_| rand::RngExt::random(&mut self.rng)).collect();
-        let energy = self.exec.cfg.shield.energy;
+        let energy = exec.cfg.shield.energy;
         let (spares, small, widths) = (&mut self.spares, &mut self.small, &self.widths);
-        let (zs, ()) = rayon::join(
-            || engine.matmul_many(&u, ids),
-            || {
+        let (masks, leads, mask_blocks) = (&self.masks, &self.leads, &self.mask_blocks);
+        // 3. Check each product (when U-Verify is on), then unmask and strip shields (the
+        //    products in parallel). A decode step's products are read where the engine
+        //    lends them from (the Vulkan engine's mapped read-back: 14 → 1 µs a call at
+        //    Qwen3-1.7B B = 1); embedding-sized ones are copied out first: recovered
+        //    straight from the mapping, they made the next linear's masking slower
+        //    (BERT-base 32 × 256 on the H200: mask share 11–12 % against 7–8 %).
+        let lend = small.iter().all(Option::is_some);
+        let mut unmasked = Err(ProtocolError::Shape { op: "linear", detail: "the engine lent no products".into() });
+        let mut read = |zs: &[MaskedView<'_>]| {
+            let t = Instant::now();
+            unmasked = check_products(exec, &u, zs, &weights, ids).map(|()| {
+                let flops: usize = zs.iter().map(|z| recover_flops(masks, mask_blocks, z.cols())).sum();
+                let one = |z: &MaskedView<'_>| recover(masks, leads, mask_blocks, *z);
+                if kernels::cpu::worth_parallel(flops) {
+                    zs.par_iter().map(one).collect()
+                } else {
+                    zs.iter().map(one).collect()
+                }
+            });
+            exec.times.recover_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        };
+        // The engine call stays on this thread (`in_place_scope`, not `join`: from outside
+        // the pool, `join` hands both halves to workers and sleeps until they finish, so the
+        // operand and the products crossed cores and every call paid two thread wake-ups).
+        // `leads` stays readable for the recovery while the draws renew `small`.
+        rayon::in_place_scope(|scope| {
+            scope.spawn(|_| {
                 spares.par_iter_mut().zip(small.par_iter_mut()).zip(seeds).for_each(|((spare, small), seed)| {
                     let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
                     match small {
@@ -673,44 +729,16 @@ impl Pass for MaskedPass<'_> {
                         None => spare.top_up(&mut rng),
                     }
                 })
-            },
-        );
-        let zs = zs?;
-        let t = Instant::now();
-        // 3. Check each product (when U-Verify is on), then unmask and strip shields (the
-        //    products in parallel).
-        let mut checked = Vec::with_capacity(zs.len());
-        for ((z, w), id) in zs.into_iter().zip(&weights).zip(ids) {
-            let z = z.into_matrix();
-            if z.shape() != (u.rows(), w.dims.d_out) {
-                return Err(ProtocolError::Shape {
-                    op: "linear",
-                    detail: format!("engine returned {:?} for `{id}`, expected {:?}", z.shape(), (u.rows(), w.dims.d_out)),
-                });
-            }
-            // The probes' read guard must be released before `poison` redraws them.
-            let verdict = w.probes.read().expect("poisoned").as_ref().map(|probes| {
-                self.exec.integrity.checked.fetch_add(1, Ordering::Relaxed);
-                probes.check(id.as_str(), u.matrix(), &z)
             });
-            if let Some(Err(v)) = verdict {
-                self.exec.poison(&v.to_string());
-                return Err(ProtocolError::Integrity(v));
+            if lend {
+                exec.engine.matmul_many_with(&u, ids, &mut read)
+            } else {
+                kernels::engine::lend_returned(exec.engine.as_ref(), &u, ids, &mut read)
             }
-            checked.push(z);
-        }
-        // U and the products are masked data: their buffers go back to the pool.
-        self.exec.engine.recycle(u.into_matrix().into_vec());
-        let this = &*self;
-        let flops: usize = checked.iter().map(|z| recover_flops(&self.masks, &self.mask_blocks, z.cols())).sum();
-        let out = if kernels::cpu::worth_parallel(flops) {
-            checked.par_iter().map(|z| this.recover(z)).collect()
-        } else {
-            checked.iter().map(|z| this.recover(z)).collect()
-        };
-        checked.into_iter().for_each(|z| self.exec.engine.recycle(z.into_vec()));
-        self.exec.times.recover_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(out)
+        })?;
+        // U is masked data: its buffer goes back to the pool.
+        exec.engine.recycle(u.into_matrix().into_vec());
+        unmasked
     }
 
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
@@ -750,6 +778,7 @@ impl Drop for MaskedPass<'_> {
         // BlockMask's own Drop scrubs dense masks and HD₃ signs; reseed the pass RNG so its
         // state (which determined the masks) does not linger either.
         self.masks.clear();
+        self.leads.clear();
         self.small.clear();
         self.rng = ChaCha20Rng::from_seed([0; 32]);
         {

@@ -27,12 +27,19 @@ pub const MAX_ORDER: usize = 64;
 /// rather than a GEMM call, whose fixed cost dominates at a decode step's shapes.
 const AXPY_ROWS: usize = 4;
 
-/// The dense columns of one small mask block and its prepared shield products.
+/// The activation columns `A[:, ..n]` of one small mask block (`s×n` row-major): what
+/// applying the mask and recovering products need. Kept apart from the [`SmallBlock`]
+/// so recovery can read them while the next linears' shield products are being drawn.
+pub struct Lead {
+    s: usize,
+    n: usize,
+    a: Vec<f32>,
+}
+
+/// The shield columns of one small mask block and its prepared shield products.
 pub struct SmallBlock {
     s: usize,
     n: usize,
-    /// `A[:, ..n]`, `s×n` row-major.
-    lead: Vec<f32>,
     /// `A[:, n..]`, `s×(s−n)` row-major.
     shield: Vec<f32>,
     /// One per input width seen: `P = A[:, n..]·Ĝ` (`s×d`) for the next linear of width `d`.
@@ -48,25 +55,52 @@ struct Product {
     fresh: bool,
 }
 
-impl SmallBlock {
-    /// `None` when the mask is larger than [`MAX_ORDER`] or has no activation rows.
-    pub fn new(mask: &BlockMask, n: usize) -> Option<SmallBlock> {
-        let s = mask.order();
-        if s > MAX_ORDER || n == 0 || n > s {
-            return None;
-        }
-        let mut a = mask.dense();
-        let k = s - n;
-        let (mut lead, mut shield) = (Vec::with_capacity(s * n), Vec::with_capacity(s * k));
-        for i in 0..s {
-            let row = a.row(i);
-            lead.extend_from_slice(&row[..n]);
-            shield.extend_from_slice(&row[n..]);
-        }
-        a.scrub();
-        Some(SmallBlock { s, n, lead, shield, products: Vec::new(), gauss: Vec::new() })
+/// The dense columns of `mask` over `n` activation rows, split into its [`Lead`] and its
+/// [`SmallBlock`]; `None` when the mask is larger than [`MAX_ORDER`] or has no activation
+/// rows.
+pub fn split(mask: &BlockMask, n: usize) -> Option<(Lead, SmallBlock)> {
+    let s = mask.order();
+    if s > MAX_ORDER || n == 0 || n > s {
+        return None;
     }
+    let mut a = mask.dense();
+    let k = s - n;
+    let (mut lead, mut shield) = (Vec::with_capacity(s * n), Vec::with_capacity(s * k));
+    for i in 0..s {
+        let row = a.row(i);
+        lead.extend_from_slice(&row[..n]);
+        shield.extend_from_slice(&row[n..]);
+    }
+    a.scrub();
+    Some((Lead { s, n, a: lead }, SmallBlock { s, n, shield, products: Vec::new(), gauss: Vec::new() }))
+}
 
+impl Lead {
+    /// `out ← (Aᵀ·Z)[..n]` for the engine's `s×d` block `z`.
+    pub fn recover(&self, z: &[f32], d: usize, out: &mut [f32]) {
+        debug_assert_eq!((z.len(), out.len()), (self.s * d, self.n * d));
+        let n = self.n;
+        if n <= AXPY_ROWS {
+            out.iter_mut().for_each(|v| *v = 0.0);
+            for (j, row) in out.chunks_exact_mut(d.max(1)).enumerate() {
+                for (i, zi) in z.chunks_exact(d.max(1)).enumerate() {
+                    kernels::simd::axpy(self.a[i * n + j], zi, row);
+                }
+            }
+        } else {
+            // (Aᵀ)[..n, :]: element (j, i) is a[i·n + j].
+            sgemm(n, d, self.s, &self.a, (1, n), z, (d, 1), out);
+        }
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        self.a.zeroize();
+    }
+}
+
+impl SmallBlock {
     pub fn order(&self) -> usize {
         self.s
     }
@@ -126,50 +160,39 @@ impl SmallBlock {
     /// `energy ×` the mean row norm of `h` (zero rows when `energy` is 0). Uses the
     /// prepared shield product for width `d` (drawing one now if none waits); it is stale
     /// afterwards.
-    pub fn apply(&mut self, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng, out: &mut [f32]) {
+    pub fn apply(&mut self, lead: &Lead, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng, out: &mut [f32]) {
         debug_assert_eq!((h.len(), out.len()), (self.n * d, self.s * d));
-        if energy == 0.0 {
-            out.iter_mut().for_each(|v| *v = 0.0);
-        } else {
-            let i = self.fresh_product(d, rng);
-            let q = &mut self.products[i];
-            q.fresh = false;
-            let t = shield::target_norm(h, d, energy) as f32;
-            out.iter_mut().zip(&q.p).for_each(|(o, &v)| *o = t * v);
+        debug_assert_eq!((lead.s, lead.n), (self.s, self.n));
+        match self.take_product(h, d, energy, rng) {
+            None => out.iter_mut().for_each(|v| *v = 0.0),
+            Some((i, t)) => out.iter_mut().zip(&self.products[i].p).for_each(|(o, &v)| *o = t * v),
         }
         let n = self.n;
         if n <= AXPY_ROWS {
             for (i, row) in out.chunks_exact_mut(d.max(1)).enumerate() {
                 for (j, hj) in h.chunks_exact(d.max(1)).enumerate() {
-                    kernels::simd::axpy(self.lead[i * n + j], hj, row);
+                    kernels::simd::axpy(lead.a[i * n + j], hj, row);
                 }
             }
         } else {
-            sgemm_acc(self.s, d, n, &self.lead, (n, 1), h, (d, 1), out);
+            sgemm_acc(self.s, d, n, &lead.a, (n, 1), h, (d, 1), out);
         }
     }
 
-    /// `out ← (Aᵀ·Z)[..n]` for the engine's `s×d` block `z`.
-    pub fn recover(&self, z: &[f32], d: usize, out: &mut [f32]) {
-        debug_assert_eq!((z.len(), out.len()), (self.s * d, self.n * d));
-        let n = self.n;
-        if n <= AXPY_ROWS {
-            out.iter_mut().for_each(|v| *v = 0.0);
-            for (j, row) in out.chunks_exact_mut(d.max(1)).enumerate() {
-                for (i, zi) in z.chunks_exact(d.max(1)).enumerate() {
-                    kernels::simd::axpy(self.lead[i * n + j], zi, row);
-                }
-            }
-        } else {
-            // (Aᵀ)[..n, :]: element (j, i) is lead[i·n + j].
-            sgemm(n, d, self.s, &self.lead, (1, n), z, (d, 1), out);
+    /// The fresh shield product for width `d` (now stale) and the shield norm `t` for `h`;
+    /// `None` when `energy` is 0 (zero shield rows).
+    fn take_product(&mut self, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng) -> Option<(usize, f32)> {
+        if energy == 0.0 {
+            return None;
         }
+        let i = self.fresh_product(d, rng);
+        self.products[i].fresh = false;
+        Some((i, shield::target_norm(h, d, energy) as f32))
     }
 }
 
 impl Drop for SmallBlock {
     fn drop(&mut self) {
-        self.lead.zeroize();
         self.shield.zeroize();
         self.gauss.zeroize();
         self.products.iter_mut().for_each(|q| q.p.zeroize());

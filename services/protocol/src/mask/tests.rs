@@ -161,7 +161,7 @@ fn small_blocks_mask_with_prepared_shields_and_recover_exactly() {
         let s = order(family, n, k);
         let mask = BlockMask::sample(family, s, &mut rng);
         let a = mask.dense();
-        let mut small = small::SmallBlock::new(&mask, n).expect("small");
+        let (lead, mut small) = small::split(&mask, n).expect("small");
         let h: Vec<f32> = (0..n * d).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
         let mean_norm = h.chunks(d).map(|r| r.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt()).sum::<f64>() / n as f64;
         let mut shields: Vec<Vec<f32>> = Vec::new();
@@ -171,7 +171,7 @@ fn small_blocks_mask_with_prepared_shields_and_recover_exactly() {
                 assert!(small.is_ready(d));
             }
             let mut u = vec![f32::NAN; s * d];
-            small.apply(&h, d, 4.0, &mut rng, &mut u);
+            small.apply(&lead, &h, d, 4.0, &mut rng, &mut u);
             assert!(!small.is_ready(d), "a prepared product is used once");
             // X = Aᵀ·U.
             let x = kernels::cpu::matmul_tn(&a, &Matrix::from_vec(s, d, u.clone()).unwrap());
@@ -185,15 +185,15 @@ fn small_blocks_mask_with_prepared_shields_and_recover_exactly() {
             assert!(shields.iter().all(|old| old.iter().zip(&rows).any(|(p, q)| (p - q).abs() > 1e-3)), "fresh shield rows every linear");
             shields.push(rows);
             let mut back = vec![0.0f32; n * d];
-            small.recover(&u, d, &mut back);
+            lead.recover(&u, d, &mut back);
             let back = Matrix::from_vec(n, d, back).unwrap();
             assert!(back.rel_err(&Matrix::from_vec(n, d, h.clone()).unwrap()) < 1e-5, "{family:?} n {n}: recovery");
         }
         let mut u = vec![f32::NAN; s * d];
-        small.apply(&h, d, 0.0, &mut rng, &mut u);
+        small.apply(&lead, &h, d, 0.0, &mut rng, &mut u);
         let x = kernels::cpu::matmul_tn(&a, &Matrix::from_vec(s, d, u).unwrap());
         assert!(x.slice_rows(n, s).as_slice().iter().all(|v| v.abs() < 1e-5), "energy 0: zero shield rows");
     }
     let big = BlockMask::sample(Family::Hd3, 128, &mut rng);
-    assert!(small::SmallBlock::new(&big, 100).is_none());
+    assert!(small::split(&big, 100).is_none());
 }
