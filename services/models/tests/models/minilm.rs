@@ -93,9 +93,14 @@ fn minilm_masked_on_the_vulkan_engine_equals_the_cpu_engine() {
         "Confidential retrieval keeps every plaintext inside the attested VM while the GPU multiplies masked rows.",
         "x",
     ];
-    let (vg, vc) = (g.embed(&texts).unwrap(), c.embed(&texts).unwrap());
-    for ((a, b), t) in vg.iter().zip(&vc).zip(texts) {
-        let cos = cosine(a, b);
-        assert!(cos >= 0.99999, "{t:?}: cosine {cos} between the Vulkan and CPU engines");
+    // With the long text, the pass has a large mask block (its products are copied out of
+    // the engine); the short ones alone are all small blocks, whose products are recovered
+    // straight from the engine's mapped read-back.
+    for texts in [&texts[..], &[texts[0], texts[2]]] {
+        let (vg, vc) = (g.embed(texts).unwrap(), c.embed(texts).unwrap());
+        for ((a, b), t) in vg.iter().zip(&vc).zip(texts) {
+            let cos = cosine(a, b);
+            assert!(cos >= 0.99999, "{t:?}: cosine {cos} between the Vulkan and CPU engines");
+        }
     }
 }
