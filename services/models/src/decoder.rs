@@ -171,7 +171,14 @@ pub struct Decoder {
     final_norm: Vec<f32>,
     lm_head: WeightId,
     rope: Rope,
+    /// Groups a decode step's sequences are split into, each run through the model on its
+    /// own thread (see [`Decoder::step`]).
+    decode_groups: usize,
 }
+
+/// Groups a batched decode step runs as by default: two, so that one group's TEE work
+/// (masks, attention, norms) overlaps the other's engine calls.
+pub const DEFAULT_DECODE_GROUPS: usize = 2;
 
 impl Decoder {
     /// Loads weights by their HF names (`model.layers.N.self_attn.q_proj.weight`, …) and
@@ -233,7 +240,17 @@ impl Decoder {
         };
         crate::load::provision_shared(exec.as_ref(), &lm_head, Weight { d_in: d, d_out: cfg.vocab_size, layout: WeightLayout::OutIn, data })?;
         let rope = Rope::new(cfg.rope_theta, hd);
-        Ok(Decoder { cfg, exec, tag: tag.to_string(), embed, layers, final_norm, lm_head, rope })
+        Ok(Decoder { cfg, exec, tag: tag.to_string(), embed, layers, final_norm, lm_head, rope, decode_groups: DEFAULT_DECODE_GROUPS })
+    }
+
+    /// Sets how many groups a batched decode step is split into (1: one pass for the whole
+    /// batch).
+    pub fn set_decode_groups(&mut self, groups: usize) {
+        self.decode_groups = groups.max(1);
+    }
+
+    pub fn decode_groups(&self) -> usize {
+        self.decode_groups
     }
 
     pub fn new_cache(&self) -> KvCache {
@@ -410,6 +427,34 @@ impl Decoder {
         let down = pass.linear(&gate, &l.down)?;
         ops::add_in_place(&mut x, &down);
         Ok(x)
+    }
+
+    /// One step of a batch: [`Decoder::forward`] then [`Decoder::logits`], returning the
+    /// logits of each sequence's last token (`B × vocab`).
+    ///
+    /// A decode step (one token per sequence) of at least two sequences is split into up
+    /// to `decode_groups` contiguous groups that run concurrently, each its own pass: every
+    /// engine call of a step waits for the GPU and every TEE stage between two calls leaves
+    /// the GPU idle, so two groups fill each other's gaps. Each sequence's result is what a
+    /// pass of its group alone computes (masks are per sequence, or per group with shared
+    /// decode masks). Prompts (prefill) run as one pass.
+    pub fn step(&self, caches: &mut [&mut KvCache], tokens: &[&[u32]]) -> Result<Matrix> {
+        let groups = self.decode_groups.min(tokens.len());
+        if groups < 2 || caches.len() != tokens.len() || tokens.iter().any(|t| t.len() != 1) {
+            let last = self.forward(caches, tokens)?;
+            return self.logits(&last);
+        }
+        let size = tokens.len().div_ceil(groups);
+        let run = |(cs, ts): (&mut [&mut KvCache], &[&[u32]])| -> Result<Matrix> {
+            let last = self.forward_on_pool(cs, ts)?;
+            self.logits(&last)
+        };
+        let mut parts: Vec<Matrix> = crate::on_pool(|| {
+            caches.par_chunks_mut(size).zip(tokens.par_chunks(size)).map(run).collect::<Result<_>>()
+        })?;
+        let logits = Matrix::vstack(&parts).expect("logits of one head share their width");
+        parts.iter_mut().for_each(Matrix::scrub);
+        Ok(logits)
     }
 
     /// LM-head logits for final hidden rows (one per sequence), through the executor.

@@ -188,8 +188,7 @@ impl TextGenerator {
         let tokens: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
         let logits = {
             let mut caches: Vec<&mut KvCache> = seqs.iter_mut().map(|s| &mut s.cache).collect();
-            let last = self.decoder.forward(&mut caches, &tokens)?;
-            self.decoder.logits(&last)?
+            self.decoder.step(&mut caches, &tokens)?
         };
         let mut out = Vec::with_capacity(seqs.len());
         for (i, mut s) in seqs.into_iter().enumerate() {
@@ -215,8 +214,7 @@ impl TextGenerator {
                     caches.push(&mut s.cache);
                 }
             }
-            let last = self.decoder.forward(&mut caches, &tokens)?;
-            self.decoder.logits(&last)?
+            self.decoder.step(&mut caches, &tokens)?
         };
         for (row, &i) in active.iter().enumerate() {
             chunks[i] = self.advance(seqs[i], &mut logits.row(row).to_vec())?;

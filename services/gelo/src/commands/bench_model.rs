@@ -61,6 +61,10 @@ pub struct ModelArgs {
     /// (default: the engine's, 1000 on hardware GPUs).
     #[arg(long)]
     engine_spin_us: Option<u64>,
+    /// Groups a batched decode step runs as, concurrently (with --decode; a list measures
+    /// each in turn in one process).
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    decode_groups: Vec<usize>,
 }
 
 struct Side {
@@ -216,11 +220,11 @@ pub fn run(a: ModelArgs) -> Result<()> {
         }
         Arch::Decoder(cfg) => {
             let vocab = cfg.vocab_size;
-            let dp = random::decoder(cfg.clone(), plain.exec.clone(), 1)?;
-            let dm = random::decoder(cfg, masked.exec.clone(), 1)?;
+            let mut dp = random::decoder(cfg.clone(), plain.exec.clone(), 1)?;
+            let mut dm = random::decoder(cfg, masked.exec.clone(), 1)?;
             eprintln!("provisioned in {:.1}s", t.elapsed().as_secs_f64());
             if a.decode {
-                decode_table(&a, &a.arch, &dp, &dm, &plain, &masked)?;
+                decode_table(&a, &a.arch, &mut dp, &mut dm, &plain, &masked)?;
             } else {
                 println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | {SHARE_HEADER}");
                 println!("|---|---|---|---|---|{SHARE_RULE}");
@@ -320,8 +324,7 @@ fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, st
         let mut refs: Vec<_> = caches.iter_mut().collect();
         let feed: Vec<[u32; 1]> = next.iter().map(|&x| [x]).collect();
         let slices: Vec<&[u32]> = feed.iter().map(|f| f.as_slice()).collect();
-        let last = d.forward(&mut refs, &slices)?;
-        let logits = d.logits(&last)?;
+        let logits = d.step(&mut refs, &slices)?;
         next = (0..b).map(|r| argmax(logits.row(r))).collect();
     }
     Ok((side.since(&mark), ttft))
@@ -365,9 +368,9 @@ fn real_model(a: &ModelArgs, path: &std::path::Path) -> Result<()> {
         }
         models::Kind::Decoder(_) => {
             let opts = models::LoadOptions::default();
-            let gp = models::load_generator(path, plain.exec.clone(), &opts)?;
-            let gm = models::load_generator(path, masked.exec.clone(), &opts)?;
-            decode_table(a, &name, &gp.decoder, &gm.decoder, &plain, &masked)?;
+            let mut gp = models::load_generator(path, plain.exec.clone(), &opts)?;
+            let mut gm = models::load_generator(path, masked.exec.clone(), &opts)?;
+            decode_table(a, &name, &mut gp.decoder, &mut gm.decoder, &plain, &masked)?;
         }
     }
     Ok(())
@@ -376,15 +379,23 @@ fn real_model(a: &ModelArgs, path: &std::path::Path) -> Result<()> {
 fn decode_table(
     a: &ModelArgs,
     name: &str,
-    dp: &models::decoder::Decoder,
-    dm: &models::decoder::Decoder,
+    dp: &mut models::decoder::Decoder,
+    dm: &mut models::decoder::Decoder,
     plain: &Side,
     masked: &Side,
 ) -> Result<()> {
     let vocab = dp.cfg.vocab_size;
-    println!("| model | batch | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | {SHARE_HEADER}");
-    println!("|---|---|---|---|---|---|---|---|{SHARE_RULE}");
-    for &b in &a.batch {
+    println!("| model | batch | groups | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | {SHARE_HEADER}");
+    println!("|---|---|---|---|---|---|---|---|---|{SHARE_RULE}");
+    let cells = a.batch.iter().flat_map(|&b| {
+        // Groups split only batched steps: B = 1 runs once.
+        let groups: Vec<usize> = if b > 1 { a.decode_groups.clone() } else { vec![1] };
+        groups.into_iter().map(move |g| (b, g))
+    });
+    for (b, g) in cells {
+        dp.set_decode_groups(g);
+        dm.set_decode_groups(g);
+        let (dp, dm) = (&*dp, &*dm);
         // One untimed pass of each side first (allocations, thread pools, caches).
         decode(dp, plain, b, a.prompt, 2, vocab)?;
         decode(dm, masked, b, a.prompt, 2, vocab)?;
@@ -401,11 +412,11 @@ fn decode_table(
         let toks = (b * a.steps) as f64;
         for (side, v) in [("plain", &sp), ("masked", &sm)] {
             if let Some(line) = call_breakdown(v, a.steps) {
-                eprintln!("{name} B = {b} {side}: {line}");
+                eprintln!("{name} B = {b}, {g} group(s) {side}: {line}");
             }
         }
         println!(
-            "| {name} | {b} | {} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {} |",
+            "| {name} | {b} | {g} | {} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {} |",
             a.prompt,
             toks / tp,
             toks / tm,

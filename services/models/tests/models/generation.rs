@@ -9,14 +9,18 @@ const SMOL: &str = "smollm2-135m-instruct.gguf";
 
 #[test]
 fn batched_decode_equals_single_runs() {
-    let g = load_generator(&model(SMOL), masked(), &Default::default()).unwrap();
-    let prompts = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,", "Once upon a time"];
+    let mut g = load_generator(&model(SMOL), masked(), &Default::default()).unwrap();
+    let prompts = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,", "Once upon a time", "Water boils at"];
     let reqs: Vec<GenerateRequest> = prompts.iter().map(|p| GenerateRequest::greedy(Prompt::Raw(p.to_string()), 16)).collect();
-    let batched = g.generate_batch(&reqs).unwrap();
-    for (req, b) in reqs.iter().zip(&batched) {
-        let single = g.generate(req, |_| true).unwrap();
-        assert_eq!(single.tokens, b.tokens);
-        assert_eq!(single.text, b.text);
+    let singles: Vec<_> = reqs.iter().map(|r| g.generate(r, |_| true).unwrap()).collect();
+    // One pass for the batch, the default two concurrent groups, and uneven groups (2, 2, 1).
+    for groups in [1, 2, 3] {
+        g.decoder.set_decode_groups(groups);
+        let batched = g.generate_batch(&reqs).unwrap();
+        for (single, b) in singles.iter().zip(&batched) {
+            assert_eq!(single.tokens, b.tokens, "{groups} group(s)");
+            assert_eq!(single.text, b.text, "{groups} group(s)");
+        }
     }
 }
 
