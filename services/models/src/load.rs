@@ -35,6 +35,9 @@ pub struct LoadOptions {
     pub max_seq_length: Option<usize>,
     /// Instruction for decoder embedders (queries) and LLM rerankers.
     pub instruction: Option<String>,
+    /// Groups a generator's batched decode step runs as (default
+    /// [`crate::decoder::DEFAULT_DECODE_GROUPS`]).
+    pub decode_groups: Option<usize>,
 }
 
 /// A model's files, identity and kind, before its weights are provisioned.
@@ -207,6 +210,9 @@ pub fn load_generator(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) 
     let (mut decoder, _) = files.decoder(exec)?;
     if let Some(max) = opts.max_seq_length {
         decoder.cfg.max_positions = decoder.cfg.max_positions.min(max);
+    }
+    if let Some(groups) = opts.decode_groups {
+        decoder.set_decode_groups(groups);
     }
     Ok(TextGenerator { decoder, tokenizer, identity: files.identity })
 }

@@ -63,6 +63,9 @@ pub struct ServiceArgs {
     /// Override the model's maximum input length (tokens).
     #[arg(long, env = "GELO_MAX_SEQ_LENGTH")]
     pub max_seq_length: Option<usize>,
+    /// Groups a batched decode step runs as, concurrently (generator; 1: one pass per step).
+    #[arg(long, env = "GELO_DECODE_GROUPS", default_value_t = models::decoder::DEFAULT_DECODE_GROUPS)]
+    pub decode_groups: usize,
     #[arg(long, env = "GELO_MAX_TEXTS", default_value_t = Limits::default().max_texts)]
     pub max_texts: usize,
     #[arg(long, env = "GELO_MAX_DOCUMENTS", default_value_t = Limits::default().max_documents)]
@@ -142,7 +145,12 @@ async fn run_async(role: Role, args: ServiceArgs) -> Result<()> {
     }
     // 2. Model: identity checked, weights provisioned, before any port opens.
     let expected = args.expect_identity.as_deref().map(str::parse::<ModelIdentity>).transpose()?;
-    let opts = LoadOptions { expected_identity: expected, max_seq_length: args.max_seq_length, instruction: None };
+    let opts = LoadOptions {
+        expected_identity: expected,
+        max_seq_length: args.max_seq_length,
+        instruction: None,
+        decode_groups: Some(args.decode_groups),
+    };
     let metrics = Metrics::new(role.name());
     let limits = args.limits();
     let (model, exec, path) = (role, executor.clone(), args.model.clone());
