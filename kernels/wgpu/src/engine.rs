@@ -1544,11 +1544,12 @@ impl Engine for WgpuEngine {
     }
 }
 
-/// The tuning class of products of `m` rows: `m` itself where a few-row tile of exactly
-/// that many rows exists (9: one decode row under the default 8 shield rows), else the
-/// next power of two.
+/// The tuning class of products of `m` rows: `m` itself where a tile of exactly that many
+/// rows exists (9: one decode row under the default 8 shield rows; 36 and 72: four and
+/// eight of them), else the next power of two.
 fn row_class(m: usize) -> usize {
-    if shaders::SKINNY_TILES.iter().any(|t| t.bm as usize == m) {
+    let tiles = TILES.iter().chain(&shaders::SKINNY_TILES);
+    if tiles.map(|t| t.bm as usize).any(|bm| bm == m) {
         m
     } else {
         m.next_power_of_two()

@@ -216,13 +216,21 @@ pub const SKINNY_TILES: [Tile; 18] = [
 /// The tiles the engine chooses among, largest first. Which wins depends on the GPU (its
 /// registers per thread decide whether an 8×8 block keeps enough workgroups resident) and
 /// on the product's shape; autotuning measures them.
-pub const TILES: [Tile; 9] = [
+///
+/// The 72- and 36-row tiles fit a masked decode step with per-sequence masks exactly: each
+/// sequence sends one row under 8 shield rows, so a step of `B` sequences is `9·B` rows
+/// (72 at B = 8, 36 for each of two decode groups of 4). On power-of-two tiles those
+/// products computed 44 % padding rows (72 rows on a 128-row tile or two 64-row ones).
+pub const TILES: [Tile; 12] = [
     Tile::new(128, 128, 16, 8, 8),
     Tile::new(128, 128, 8, 8, 8),
     Tile::new(128, 64, 16, 8, 4),
+    Tile::new(72, 64, 18, 8, 4),
+    Tile::new(72, 64, 36, 8, 4),
     Tile::new(64, 128, 16, 8, 8),
     Tile::new(64, 64, 16, 4, 4),
     Tile::new(64, 64, 32, 4, 4),
+    Tile::new(36, 64, 36, 4, 4),
     Tile::new(32, 64, 32, 4, 4),
     Tile::new(16, 64, 32, 4, 4),
     Tile::new(16, 32, 32, 4, 4),

@@ -311,6 +311,44 @@ fn split_k_plans_sum_their_slices() {
     }
 }
 
+/// The tiles sized for masked decode steps (9 rows a sequence) at the row counts they are
+/// for, whole and split along `K`, and at a count one row past them.
+#[test]
+fn masked_decode_tiles_compute_nine_rows_per_sequence() {
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
+    let cpu = CpuEngine::new();
+    let w = weight(512, 70, WeightLayout::OutIn, 13);
+    gpu.register(id("nine.w"), w.clone()).unwrap();
+    cpu.register(id("nine.w"), w.clone()).unwrap();
+    let tiles: Vec<Tile> = gpu
+        .tiles()
+        .iter()
+        .copied()
+        .filter(|t| !t.coop && !t.skinny && t.bm % 9 == 0)
+        .collect();
+    assert!(
+        tiles.iter().any(|t| t.bm == 72) && tiles.iter().any(|t| t.bm == 36),
+        "{tiles:?}"
+    );
+    for rows in [9, 36, 37, 72, 73] {
+        let x = random(rows, 512, rows as u64);
+        let want = cpu.matmul(&plain(&x), &id("nine.w")).unwrap().into_matrix();
+        for &tile in &tiles {
+            for splits in [1, 4] {
+                gpu.pin(Some(Plan { tile, splits })).unwrap();
+                let got = gpu.matmul(&plain(&x), &id("nine.w")).unwrap().into_matrix();
+                assert_product(
+                    &format!("rows={rows} {} k/{splits}", tile.name()),
+                    &got,
+                    &want,
+                    &x,
+                    &dense(&w),
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn steady_kernel_runs_repeat_the_product_without_changing_it() {
     // Repeating a call's kernels in one submission (how plans are timed on a busy device)
@@ -750,6 +788,16 @@ fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
     let tuned = gpu.tuned_plans();
     assert_eq!(tuned.len(), 1, "{tuned:?}");
     assert_eq!((tuned[0].0, tuned[0].1, tuned[0].2), (8, 72, 40));
+    // A masked decode step of 4 or 8 sequences (9 rows each) is a class of its own, tuned
+    // among tiles of exactly its rows; 40 rows go to the class of 64.
+    for rows in [36, 72, 40] {
+        let x = random(rows, 40, rows as u64);
+        let got = gpu.matmul(&plain(&x), &id("tune.w")).unwrap().into_matrix();
+        let want = cpu.matmul(&plain(&x), &id("tune.w")).unwrap().into_matrix();
+        assert_product(&format!("tuned rows={rows}"), &got, &want, &x, &dense(&w));
+    }
+    let classes: Vec<usize> = gpu.tuned_plans().iter().map(|t| t.0).collect();
+    assert_eq!(classes, [8, 36, 64, 72], "{:?}", gpu.tuned_plans());
     let (a, b) = (random(6, 9, 1), random(11, 9, 2));
     let got = gpu
         .matmul_dynamic(&plain(&a), &plain(&b), true)
@@ -760,5 +808,5 @@ fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
         .unwrap()
         .into_matrix();
     assert_product("tuned dynamic", &got, &want, &a, &b.transpose());
-    assert_eq!(gpu.tuned_plans().len(), 2);
+    assert_eq!(gpu.tuned_plans().len(), 5);
 }
