@@ -38,9 +38,17 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct WgpuConfig {
     /// Element type f32 weights are stored in. `F16` halves memory and weight traffic at the
-    /// cost of rounding `W` (reported per weight in [`Registered::storage`]); 16-bit
-    /// checkpoints are always stored in their own format.
+    /// cost of rounding `W` (reported per weight in [`Registered::storage`]); f16
+    /// checkpoints are always stored as f16, bf16 ones as `bf16_weights_as` says.
     pub f32_weights_as: Precision,
+    /// Element type bf16 checkpoints are stored in: `Bf16` (their own bits, widened exactly
+    /// in the kernels) or `F16`. `None`: f16 when the engine runs products on the matrix
+    /// units (see `tensor_cores`), whose kernels load f16 weights straight into matrix
+    /// fragments and would otherwise round every bf16 value to f16 on each load; bf16
+    /// otherwise. A weight with a value beyond f16's range (±65504) keeps bf16 either way.
+    /// `Registered::storage` reports the choice per weight, so U-Verify checks against the
+    /// values the device holds.
+    pub bf16_weights_as: Option<Precision>,
     /// Cap on resident weight bytes; `None` uses the device's memory.
     pub memory_budget: Option<u64>,
     /// Workgroups the device runs at once, for the tile-size model; `None` guesses from the
@@ -72,6 +80,7 @@ impl Default for WgpuConfig {
     fn default() -> Self {
         WgpuConfig {
             f32_weights_as: Precision::F32,
+            bf16_weights_as: None,
             memory_budget: None,
             parallel_workgroups: None,
             autotune: None,
@@ -1370,7 +1379,12 @@ impl Engine for WgpuEngine {
         {
             return Err(EngineError::DuplicateWeight(id));
         }
-        let storage = weights::storage_for(&weight.data, self.cfg.f32_weights_as);
+        let bf16_as = match self.cfg.bf16_weights_as {
+            Some(p) => p,
+            None if self.gpu.coop => Precision::F16,
+            None => Precision::Bf16,
+        };
+        let storage = weights::storage_for(&weight.data, self.cfg.f32_weights_as, bf16_as);
         let bytes = weights::stored_bytes(&weight, storage);
         let lim = &self.gpu.limits;
         let largest = lim.max_buffer_size.min(lim.max_storage_buffer_binding_size);

@@ -20,14 +20,25 @@ pub(crate) struct GpuWeight {
     pub bytes: u64,
 }
 
-/// The element type a weight is stored in: 16-bit checkpoints stay 16-bit (bf16 is widened
-/// exactly in the kernel); f32 weights are stored as `f32_as` says.
-pub(crate) fn storage_for(data: &WeightData, f32_as: Precision) -> Precision {
+/// The element type a weight is stored in: f32 weights as `f32_as` says, f16 checkpoints as
+/// f16, bf16 checkpoints as `bf16_as` says (16-bit either way: bf16 is widened exactly in the
+/// kernels) unless f16 would overflow one of their values.
+pub(crate) fn storage_for(data: &WeightData, f32_as: Precision, bf16_as: Precision) -> Precision {
     match data {
         WeightData::F32(_) => f32_as,
         WeightData::F16(_) => Precision::F16,
+        WeightData::Bf16(d)
+            if bf16_as == Precision::F16 && d.iter().all(|v| fits_f16(v.to_f32())) =>
+        {
+            Precision::F16
+        }
         WeightData::Bf16(_) => Precision::Bf16,
     }
+}
+
+/// Whether `v` rounds to a finite f16 (or is not finite to begin with).
+fn fits_f16(v: f32) -> bool {
+    !v.is_finite() || f16::from_f32(v).is_finite()
 }
 
 pub(crate) fn wtype(p: Precision) -> WeightType {
@@ -126,11 +137,45 @@ mod tests {
             layout: WeightLayout::InOut,
             data: WeightData::Bf16(vals.to_vec().into()),
         };
-        let p = storage_for(&w.data, Precision::F32);
+        let p = storage_for(&w.data, Precision::F32, Precision::Bf16);
         assert_eq!(p, Precision::Bf16);
         let mut out = vec![0; stored_bytes(&w, p) as usize];
         pack_into(&w, p, &mut out);
         assert_eq!(u16::from_le_bytes([out[0], out[1]]), vals[0].to_bits());
         assert_eq!(u16::from_le_bytes([out[2], out[3]]), vals[1].to_bits());
+    }
+
+    /// For the matrix units bf16 checkpoints become f16, rounded to nearest; one value
+    /// beyond f16's range keeps the whole weight in bf16 rather than storing an infinity.
+    #[test]
+    fn bf16_checkpoints_become_f16_only_where_every_value_fits() {
+        let w = |vals: &[f32]| Weight {
+            d_in: vals.len(),
+            d_out: 1,
+            layout: WeightLayout::OutIn,
+            data: WeightData::Bf16(vals.iter().map(|&v| bf16::from_f32(v)).collect()),
+        };
+        let small = w(&[1.5, -3.25e-3, 6.0e4]);
+        assert_eq!(
+            storage_for(&small.data, Precision::F32, Precision::F16),
+            Precision::F16
+        );
+        let mut out = vec![0; stored_bytes(&small, Precision::F16) as usize];
+        pack_into(&small, Precision::F16, &mut out);
+        let halves: Vec<f16> = out
+            .chunks(2)
+            .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])))
+            .collect();
+        let want = |v: f32| f16::from_f32(bf16::from_f32(v).to_f32());
+        assert_eq!(halves[..3], [want(1.5), want(-3.25e-3), want(6.0e4)]);
+        let large = w(&[1.5, 7.0e4]);
+        assert_eq!(
+            storage_for(&large.data, Precision::F32, Precision::F16),
+            Precision::Bf16
+        );
+        assert_eq!(
+            storage_for(&small.data, Precision::F32, Precision::Bf16),
+            Precision::Bf16
+        );
     }
 }

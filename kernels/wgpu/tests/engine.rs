@@ -463,6 +463,50 @@ fn bf16_checkpoints_are_widened_exactly() {
     assert_product(name.as_str(), &got, &want, &x, &dense(&w));
 }
 
+/// Stored as f16 (what a tensor-core engine does with them), bf16 checkpoints multiply as
+/// their f16 roundings do, and the registration says so.
+#[test]
+fn bf16_checkpoints_stored_as_f16_multiply_as_their_roundings() {
+    let gpu = WgpuEngine::open(
+        "vulkan",
+        WgpuConfig {
+            bf16_weights_as: Some(Precision::F16),
+            ..WgpuConfig::default()
+        },
+    )
+    .unwrap();
+    let cpu = CpuEngine::new();
+    let (d_in, d_out) = (77, 45);
+    let src = random(d_in * d_out, 1, 33).into_vec();
+    // Values down to f16's subnormals, where its rounding departs from bf16's bits.
+    let data: Arc<[bf16]> = src
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| bf16::from_f32(v * 10f32.powi(-((i % 7) as i32))))
+        .collect();
+    let w = Weight {
+        d_in,
+        d_out,
+        layout: WeightLayout::OutIn,
+        data: WeightData::Bf16(data.clone()),
+    };
+    let name = id("bf16.as.f16");
+    assert_eq!(
+        gpu.register(name.clone(), w.clone()).unwrap().storage,
+        Precision::F16
+    );
+    let rounded = Weight {
+        data: WeightData::F16(data.iter().map(|v| f16::from_f32(v.to_f32())).collect()),
+        ..w.clone()
+    };
+    assert_ne!(dense(&rounded), dense(&w), "some value must round");
+    cpu.register(name.clone(), rounded.clone()).unwrap();
+    let x = random(5, d_in, 34);
+    let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+    let want = cpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+    assert_product(name.as_str(), &got, &want, &x, &dense(&rounded));
+}
+
 #[test]
 fn dynamic_products_equal_cpu() {
     let gpu = shared();
