@@ -65,6 +65,10 @@ pub struct ModelArgs {
     /// each in turn in one process).
     #[arg(long, value_delimiter = ',', default_value = "2")]
     decode_groups: Vec<usize>,
+    /// Let a Vulkan engine use the matrix units (cooperative matrices, f16 operands) where
+    /// the device has them; autotuning still picks per product shape.
+    #[arg(long)]
+    tensor_cores: bool,
 }
 
 struct Side {
@@ -159,6 +163,7 @@ fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
             let cfg = WgpuConfig {
                 f32_weights_as,
                 spin_wait: a.engine_spin_us.map(std::time::Duration::from_micros),
+                tensor_cores: a.tensor_cores,
                 ..WgpuConfig::default()
             };
             let g = Arc::new(WgpuEngine::open(&a.engine, cfg)?);
@@ -195,6 +200,9 @@ pub fn run(a: ModelArgs) -> Result<()> {
     let (plain, masked) = sides(&a)?;
     let t = Instant::now();
     eprintln!("building {} twice with random weights on {}...", a.arch, a.engine);
+    if a.tensor_cores && masked.timed.info().operand_precision != kernels::Precision::F16 {
+        eprintln!("tensor cores: not available on this adapter (no usable cooperative matrices); FMA kernels only");
+    }
     match arch {
         Arch::Bert(cfg) => {
             let vocab = cfg.vocab_size;
