@@ -45,7 +45,9 @@ pub struct WgpuConfig {
     /// in the kernels) or `F16`. `None`: f16 when the engine runs products on the matrix
     /// units (see `tensor_cores`), whose kernels load f16 weights straight into matrix
     /// fragments and would otherwise round every bf16 value to f16 on each load; bf16
-    /// otherwise. A weight with a value beyond f16's range (±65504) keeps bf16 either way.
+    /// otherwise. The conversion is exact for magnitudes from 2⁻¹⁴ up (f16 has more mantissa
+    /// bits than bf16); smaller values land on f16's subnormal grid (at most 2⁻²⁵ off). A
+    /// weight with a value beyond f16's range (±65504) keeps bf16 either way.
     /// `Registered::storage` reports the choice per weight, so U-Verify checks against the
     /// values the device holds.
     pub bf16_weights_as: Option<Precision>,

@@ -168,6 +168,13 @@ mod tests {
             .collect();
         let want = |v: f32| f16::from_f32(bf16::from_f32(v).to_f32());
         assert_eq!(halves[..3], [want(1.5), want(-3.25e-3), want(6.0e4)]);
+        // Exact from 2⁻¹⁴ up: every bf16 of that magnitude below 2¹⁶ is an f16 too.
+        for bits in 0..=u16::MAX {
+            let v = bf16::from_bits(bits).to_f32();
+            if v.abs() >= 2f32.powi(-14) && v.abs() < 65536.0 {
+                assert_eq!(f16::from_f32(v).to_f32(), v, "{v:e}");
+            }
+        }
         let large = w(&[1.5, 7.0e4]);
         assert_eq!(
             storage_for(&large.data, Precision::F32, Precision::F16),
