@@ -221,10 +221,13 @@ pub const SKINNY_TILES: [Tile; 18] = [
 /// sequence sends one row under 8 shield rows, so a step of `B` sequences is `9·B` rows
 /// (72 at B = 8, 36 for each of two decode groups of 4). On power-of-two tiles those
 /// products computed 44 % padding rows (72 rows on a 128-row tile or two 64-row ones).
-pub const TILES: [Tile; 12] = [
+/// Nine rows of threads make 144-thread workgroups, four and a half 32-wide subgroups;
+/// the 72×128 tile has 288 threads, nine whole ones.
+pub const TILES: [Tile; 13] = [
     Tile::new(128, 128, 16, 8, 8),
     Tile::new(128, 128, 8, 8, 8),
     Tile::new(128, 64, 16, 8, 4),
+    Tile::new(72, 128, 36, 8, 4),
     Tile::new(72, 64, 18, 8, 4),
     Tile::new(72, 64, 36, 8, 4),
     Tile::new(64, 128, 16, 8, 8),
