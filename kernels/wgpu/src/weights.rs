@@ -90,7 +90,8 @@ pub(crate) fn pack_into(w: &Weight, storage: Precision, out: &mut [u8]) {
                     (WeightData::Bf16(d), Precision::Bf16) => d[i].to_bits(),
                     (WeightData::F32(d), Precision::F16) => f16::from_f32(d[i]).to_bits(),
                     (WeightData::F32(d), _) => bf16::from_f32(d[i]).to_bits(),
-                    // A 16-bit checkpoint is always stored in its own format (`storage_for`).
+                    // `storage_for` never stores an f16 checkpoint as bf16; a bf16 one becomes
+                    // f16 for the matrix units.
                     (WeightData::F16(d), _) => bf16::from_f32(d[i].to_f32()).to_bits(),
                     (WeightData::Bf16(d), _) => f16::from_f32(d[i].to_f32()).to_bits(),
                 }
