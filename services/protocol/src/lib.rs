@@ -1,6 +1,9 @@
 //! GELO, the TEE side.
 //!
-//! Model code runs every linear layer through an [`Executor`]. The [`MaskedExecutor`]
+//! Model code runs every linear layer through an [`Executor`]. The default,
+//! [`SealedExecutor`], computes every product on the TEE's own CPU: the GPU sees nothing
+//! (`docs/SECURITY.md` says why no offload scheme we know is both exact, blind and cheaper).
+//! The [`MaskedExecutor`], the named weaker option,
 //! stacks `k` high-energy shield rows under the activation block `H`, mixes the stack with
 //! a fresh secret orthogonal mask `A` (one per forward pass and sequence), sends only
 //! `U = A·[H; S]` to the untrusted engine, recovers `H·W` from `Aᵀ·(U·W)` and strips the
@@ -19,7 +22,7 @@ pub mod verify;
 pub use error::ProtocolError;
 pub use executor::{
     AttentionConfig, DecodeMasks, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass,
-    PlaintextExecutor, ProtocolSeconds, Scheme,
+    PlaintextExecutor, Protection, ProtocolSeconds, Scheme, SealedExecutor,
 };
 pub use kernels::{Matrix, Weight, WeightData, WeightId, WeightLayout};
 pub use mask::MaskKind;

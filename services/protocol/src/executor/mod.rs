@@ -15,6 +15,9 @@ use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+mod sealed;
+pub use sealed::{Protection, SealedExecutor};
+
 use crate::{
     attention::{self, Causal, Head},
     error::{ProtocolError, Result},
