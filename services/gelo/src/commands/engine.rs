@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use kernels::Engine;
-use protocol::{DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig, UVerifyConfig};
+use protocol::{
+    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection, ShieldConfig, UVerifyConfig,
+};
 
 /// Engine and protocol flags with an explicit `--masked` (tools default to the plaintext
 /// baseline so a plain/masked pair of runs is two commands).
@@ -26,6 +28,11 @@ impl ExecArgs {
 /// The untrusted engine and the protocol settings.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ProtocolArgs {
+    /// Protection of a service's requests: `sealed` (default: products on the TEE's CPU,
+    /// the engine sees nothing) or `masked` (products on the engine under GELO masks;
+    /// measurably weaker, see docs/SECURITY.md).
+    #[arg(long, env = "GELO_PROTECTION", default_value = "sealed")]
+    pub protection: Protection,
     /// Untrusted engine: `cpu`, `vulkan`, `vulkan:N` (adapter index) or `vulkan:NAME`.
     #[arg(long, env = "GELO_ENGINE", default_value = "cpu")]
     pub engine: String,
@@ -73,7 +80,25 @@ impl ProtocolArgs {
         }
     }
 
-    /// The executor these flags describe, on `engine`.
+    /// A model service's executor: the plaintext baseline when asked for, else the
+    /// `--protection` scheme (sealed never hands `engine` an operand).
+    pub fn service_executor(&self, plaintext: bool, engine: Arc<dyn Engine>) -> Result<Arc<dyn Executor>> {
+        if plaintext {
+            return self.executor(false, engine);
+        }
+        if self.protection == Protection::Sealed && self.engine != "cpu" {
+            tracing::warn!(
+                engine = %self.engine,
+                "protection `sealed`: every product runs on the TEE's CPU and the engine stays unused; \
+                 `--protection masked` offloads to it, with the leakage docs/SECURITY.md measures"
+            );
+        }
+        tracing::info!(engine = %engine.info().device, protection = self.protection.as_str(), "engine ready");
+        Ok(self.protection.executor(engine, self.masked_config())?)
+    }
+
+    /// The executor these flags describe, on `engine` (tools: masked or the plaintext
+    /// baseline, whatever `--protection` says).
     pub fn executor(&self, masked: bool, engine: Arc<dyn Engine>) -> Result<Arc<dyn Executor>> {
         tracing::info!(engine = %engine.info().device, masked, "engine ready");
         Ok(if masked {

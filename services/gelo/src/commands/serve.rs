@@ -139,7 +139,7 @@ async fn run_async(role: Role, args: ServiceArgs) -> Result<()> {
         Arc::new(move || t.seconds())
     };
     let engine: Arc<dyn Engine> = timed;
-    let executor = args.protocol.executor(!args.plaintext, engine)?;
+    let executor = args.protocol.service_executor(args.plaintext, engine)?;
     if args.plaintext {
         tracing::warn!("PLAINTEXT EXECUTOR: activations reach the engine unmasked");
     }

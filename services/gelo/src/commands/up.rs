@@ -58,6 +58,11 @@ pub struct UpArgs {
     /// Engine of the model services: cpu, vulkan, vulkan:N or vulkan:NAME.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
+    /// Protection of the model services: `sealed` (default; products on the CPU of each
+    /// service's TEE) or `masked` (products on the engine under GELO masks; weaker, see
+    /// docs/SECURITY.md).
+    #[arg(long, default_value = "sealed")]
+    pub protection: protocol::Protection,
     /// Embedder model (default: all-MiniLM-L6-v2 from the offline packages).
     #[arg(long)]
     pub embedder_model: Option<PathBuf>,
@@ -267,6 +272,8 @@ pub fn run(a: UpArgs) -> Result<()> {
             id.into(),
             "--engine".into(),
             a.engine.clone(),
+            "--protection".into(),
+            a.protection.as_str().into(),
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--metrics-listen".into(),
@@ -283,7 +290,7 @@ pub fn run(a: UpArgs) -> Result<()> {
     let mut bars = Vec::new();
     for (role, model, id) in &roles {
         services.push(Service::start(role, &service_args(model, id), &pki_dir, &logs)?);
-        bars.push(spinner(&mp, role, format!("loading {} on {}", name(model), a.engine)));
+        bars.push(spinner(&mp, role, format!("loading {} on {} ({})", name(model), a.engine, a.protection.as_str())));
     }
     let result = (|| -> Result<Service> {
         {
