@@ -80,6 +80,12 @@ pub struct ComponentSpec {
     /// Where the untrusted matrix products run.
     #[serde(default)]
     pub engine: Engine,
+    /// How requests are protected from the engine: `sealed` (default: every product on the
+    /// pod's CPU inside the CVM, the engine sees nothing) or `masked` (products on the
+    /// engine under GELO masks: weaker, see docs/SECURITY.md). Recorded in the attested
+    /// scheme.
+    #[serde(default)]
+    pub protection: Protection,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuSpec>,
     /// RuntimeClass of the pods, e.g. a Kata SEV-SNP class (`kata-qemu-snp`).
@@ -154,7 +160,8 @@ pub enum Engine {
     /// CPU engine (`gelo --engine cpu`); for development and small models.
     #[default]
     Cpu,
-    /// The Vulkan GPU engine (`gelo --engine vulkan`): the GPU does the masked products.
+    /// The Vulkan GPU engine (`gelo --engine vulkan`): the GPU does the masked products when
+    /// the component's `protection` is `masked` (sealed components leave it unused).
     Vulkan,
 }
 
@@ -163,6 +170,27 @@ impl Engine {
         match self {
             Self::Cpu => "cpu",
             Self::Vulkan => "vulkan",
+        }
+    }
+}
+
+/// A component's protection scheme (`gelo serve --protection`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Protection {
+    /// Every product on the CVM's CPU; the engine receives nothing from a request.
+    #[default]
+    Sealed,
+    /// Products on the engine as GELO-masked operands: the engine can read prompt tokens
+    /// from their row space and Gram (docs/SECURITY.md).
+    Masked,
+}
+
+impl Protection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sealed => "sealed",
+            Self::Masked => "masked",
         }
     }
 }
@@ -405,6 +433,7 @@ pub struct ComponentView<'a> {
     pub model: &'a ModelSource,
     pub replicas: i32,
     pub engine: Option<Engine>,
+    pub protection: Option<Protection>,
     pub gpu: Option<&'a GpuSpec>,
     pub runtime_class_name: Option<&'a str>,
     pub resources: Option<&'a Resources>,
@@ -421,6 +450,7 @@ impl PrivateRAGPipelineSpec {
                 model: &self.gateway.model,
                 replicas: self.gateway.replicas,
                 engine: None,
+                protection: None,
                 gpu: None,
                 runtime_class_name: self.gateway.runtime_class_name.as_deref(),
                 resources: self.gateway.resources.as_ref(),
@@ -440,6 +470,7 @@ impl ComponentSpec {
             model: &self.model,
             replicas: self.replicas,
             engine: Some(self.engine),
+            protection: Some(self.protection),
             gpu: self.gpu.as_ref(),
             runtime_class_name: self.runtime_class_name.as_deref(),
             resources: self.resources.as_ref(),

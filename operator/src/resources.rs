@@ -257,6 +257,9 @@ pub fn deployment(
     if let Some(engine) = view.engine {
         args.extend(["--engine".into(), engine.as_str().into()]);
     }
+    if let Some(protection) = view.protection {
+        args.extend(["--protection".into(), protection.as_str().into()]);
+    }
     if c == Component::Gateway {
         args.extend(["--routes-configmap".into(), names.routes()]);
     }

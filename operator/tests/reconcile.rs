@@ -176,6 +176,9 @@ async fn every_owned_object_is_created_with_an_owner_reference() {
         .collect();
     let engine = args.iter().position(|a| *a == "--engine").map(|i| args[i + 1]);
     assert_eq!(engine, Some("vulkan"), "{args:?}");
+    // The spec names no protection, so the pod gets the secure default: sealed.
+    let protection = args.iter().position(|a| *a == "--protection").map(|i| args[i + 1]);
+    assert_eq!(protection, Some("sealed"), "{args:?}");
     // Services route only to attested pods.
     let svc = w.api.get(SERVICES, NS, "demo-gateway").expect("gateway service");
     assert_eq!(svc.pointer("/spec/selector/gelo.dev~1attested"), Some(&json!("true")));
