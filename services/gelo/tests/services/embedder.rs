@@ -17,7 +17,7 @@ async fn embedder_process_matches_in_process_and_serves_64_concurrent_clients() 
     let mut client = EmbedderClient::new(ch.channel());
     let texts: Vec<String> = (0..64).map(|i| format!("document number {i} is about topic {}", i % 7)).collect();
 
-    // In-process reference on its own masked executor.
+    // In-process reference on its own masked executor (the service runs the sealed default).
     let exec = Arc::new(MaskedExecutor::new(Arc::new(CpuEngine::new()), MaskedConfig::default()).unwrap());
     let local = load_embedder(&path, exec, &LoadOptions::default()).unwrap();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -54,5 +54,7 @@ async fn embedder_process_matches_in_process_and_serves_64_concurrent_clients() 
     // Requests were batched: fewer forward passes than requests.
     let passes = p.metric("gelo_batch_items_count", "embedder").await;
     assert!(passes >= 1.0 && passes < 65.0, "batches: {passes}");
-    assert!(p.metric("gelo_engine_seconds_total", "").await > 0.0);
+    // The default protection (sealed) computes in the TEE: the service's engine did no work.
+    assert_eq!(p.metric("gelo_engine_seconds_total", "").await, 0.0, "the sealed default used the engine");
+    assert!(p.metric("gelo_tee_seconds_total", "").await > 0.0);
 }
