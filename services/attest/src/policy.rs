@@ -82,6 +82,15 @@ fn default_min_report_version() -> u32 {
 fn yes() -> bool {
     true
 }
+fn default_protections() -> Vec<String> {
+    vec![SEALED.to_owned()]
+}
+
+/// The protection every model service must run unless a policy names another: the one
+/// whose engine receives nothing (docs/SECURITY.md).
+pub const SEALED: &str = "sealed";
+/// Roles that compute on request content; their scheme's `protocol.executor` is checked.
+pub const MODEL_ROLES: [&str; 3] = ["embedder", "reranker", "generator"];
 
 /// Verification policy; see the module docs for defaults.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -117,6 +126,11 @@ pub struct Policy {
     pub scheme_identities: Option<Vec<Hex<32>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roles: Option<Vec<String>>,
+    /// Protections a model service (embedder, reranker, generator) may run, by the
+    /// executor its attested scheme names (`protocol.executor`): `sealed` unless the policy
+    /// lists a weaker one (`masked`, `plaintext`). A scheme without one is refused.
+    #[serde(default = "default_protections")]
+    pub protections: Vec<String>,
     /// Check the certificates' notBefore/notAfter against the clock.
     #[serde(default = "yes")]
     pub check_certificate_validity: bool,
@@ -139,6 +153,7 @@ impl Default for Policy {
             model_identities: None,
             scheme_identities: None,
             roles: None,
+            protections: default_protections(),
             check_certificate_validity: true,
             resolved: OnceLock::new(),
         }
@@ -186,6 +201,17 @@ impl Policy {
         if self.allow_debug {
             tracing::warn!("attestation policy accepts debug-enabled guests: their memory is readable by the host");
         }
+        for p in self.protections.iter().filter(|p| *p != SEALED) {
+            tracing::warn!(protection = %p, "attestation policy accepts model services whose engine sees request content");
+        }
+    }
+
+    /// Also accepts model services running `protection` (beside `sealed`).
+    pub fn allow_protection(mut self, protection: &str) -> Self {
+        if !self.protections.iter().any(|p| p == protection) {
+            self.protections.push(protection.to_owned());
+        }
+        self
     }
 
     /// Trusts a mock ARK (PEM), e.g. the one `MockIssuer` persisted.

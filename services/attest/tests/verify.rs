@@ -8,7 +8,7 @@ use attest::amd::AmdGeneration;
 use attest::report::{FIELDS, REPORT_LEN, SIGNATURE_OFFSET};
 use attest::verify::{CertRole, REASONS};
 use attest::{
-    CertChain, Evidence, Hex, IssuerKind, MockSettings, Policy, Tcb, TrustedRoot, Verifier, VerifyError, issuer::default_mock_measurement,
+    CertChain, Evidence, ExpectedBinding, Hex, IssuerKind, MockSettings, Policy, ServiceClaims, Tcb, TrustedRoot, Verifier, VerifyError, issue_evidence, issuer::default_mock_measurement,
 };
 use common::*;
 
@@ -419,6 +419,53 @@ fn allowlists_pin_chips_models_schemes_and_roles() {
     let mut p = policy();
     p.allowed_vmpls = vec![1];
     assert_eq!(v.verify(&e, &expected(), &p), Err(VerifyError::VmplNotAllowed(0)));
+}
+
+#[test]
+fn model_services_must_run_the_protection_the_policy_names() {
+    // Evidence for a model service whose attested scheme names `executor`.
+    let with = |role: &str, executor: Option<&str>| {
+        let protocol = executor.map(|x| format!(r#","protocol":{{"executor":"{x}"}}"#)).unwrap_or_default();
+        let scheme = format!(r#"{{"role":"{role}"{protocol}}}"#);
+        let claims = ServiceClaims { model_identity: MODEL, scheme_json: scheme.clone(), role: role.into() };
+        let e = issue_evidence(&issuer(), &claims, TLS_KEY, &NONCE).unwrap();
+        let x = ExpectedBinding { scheme_identity: Some(attest::scheme_identity(&scheme).unwrap()), ..expected() };
+        (e, x)
+    };
+    let v = Verifier::new();
+    let refused = |role: &str, executor: Option<&str>, p: &Policy| {
+        let (e, x) = with(role, executor);
+        match v.verify(&e, &x, p) {
+            Err(err @ VerifyError::ProtectionNotAllowed { .. }) => {
+                assert_eq!(err.reason(), "protection_not_allowed");
+                err.to_string()
+            }
+            other => panic!("{role} {executor:?}: expected protection_not_allowed, got {other:?}"),
+        }
+    };
+    // The default policy: sealed only, for every model role; a weaker or missing one is
+    // refused and the refusal names the field and the value.
+    let p = policy();
+    assert_eq!(p.protections, vec!["sealed".to_string()]);
+    for role in ["embedder", "reranker", "generator"] {
+        let (e, x) = with(role, Some("sealed"));
+        assert!(v.verify(&e, &x, &p).is_ok(), "{role} sealed");
+        let msg = refused(role, Some("masked"), &p);
+        assert!(msg.contains("protocol.executor") && msg.contains("\"masked\""), "{msg}");
+        refused(role, Some("plaintext"), &p);
+        assert!(refused(role, None, &p).contains("\"none\""));
+    }
+    // A policy that names masked accepts it, and still refuses plaintext.
+    let p = policy().allow_protection("masked");
+    let (e, x) = with("generator", Some("masked"));
+    assert!(v.verify(&e, &x, &p).is_ok());
+    refused("generator", Some("plaintext"), &p);
+    // A YAML policy lists them the same way.
+    let yaml: Policy = Policy::from_yaml("protections: [sealed, masked]\nallow_any_measurement: true").unwrap();
+    assert_eq!(yaml.protections, vec!["sealed".to_string(), "masked".to_string()]);
+    // The gateway computes no products: its scheme has no executor and needs none.
+    let (e, x) = with("gateway", None);
+    assert!(v.verify(&e, &x, &policy()).is_ok());
 }
 
 #[test]

@@ -102,6 +102,8 @@ pub enum VerifyError {
     SchemeIdentityNotAllowed(String),
     #[error("role {0:?} is not allowed")]
     RoleNotAllowed(String),
+    #[error("{role} runs protection {protection:?} (scheme field protocol.executor); the policy allows {allowed:?}")]
+    ProtectionNotAllowed { role: String, protection: String, allowed: Vec<String> },
     #[error("the policy is unusable: {0}")]
     PolicyInvalid(String),
 }
@@ -146,6 +148,7 @@ impl VerifyError {
             ModelIdentityNotAllowed(_) => "model_identity_not_allowed",
             SchemeIdentityNotAllowed(_) => "scheme_identity_not_allowed",
             RoleNotAllowed(_) => "role_not_allowed",
+            ProtectionNotAllowed { .. } => "protection_not_allowed",
             PolicyInvalid(_) => "policy_invalid",
         }
     }
@@ -192,5 +195,6 @@ pub const REASONS: &[&str] = &[
     "model_identity_not_allowed",
     "scheme_identity_not_allowed",
     "role_not_allowed",
+    "protection_not_allowed",
     "policy_invalid",
 ];

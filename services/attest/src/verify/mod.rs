@@ -6,7 +6,7 @@
 //! against the report, the report-level policy (version, debug, migration agent, VMPL,
 //! TCB, measurement, chip ID); then GELO's claims: issuer kind, scheme JSON and role, the
 //! expected binding, REPORT_DATA, and the claim-level policy (model, scheme, role
-//! allowlists). The first failure is returned.
+//! allowlists, and the protection a model service runs). The first failure is returned.
 
 mod error;
 
@@ -20,7 +20,7 @@ pub use error::{CertRole, REASONS, VerifyError};
 use crate::amd::{self, VcekExtensions};
 use crate::binding::{report_data, scheme_identity};
 use crate::evidence::{CertChain, Evidence, IssuerKind};
-use crate::policy::{Policy, RootCert};
+use crate::policy::{MODEL_ROLES, Policy, RootCert};
 use crate::report::{self, SIG_ALGO_ECDSA_P384_SHA384, Tcb};
 
 /// Marks the subject of every mock certificate, so a rejected mock chain gets its own reason.
@@ -244,6 +244,19 @@ impl Verifier {
             && !roles.contains(&evidence.role)
         {
             return Err(VerifyError::RoleNotAllowed(evidence.role.clone()));
+        }
+        if MODEL_ROLES.contains(&evidence.role.as_str()) {
+            // The scheme JSON hashed into REPORT_DATA (checked above) names the executor.
+            let scheme: serde_json::Value =
+                serde_json::from_str(&evidence.scheme_json).map_err(|_| VerifyError::SchemeJsonMismatch)?;
+            let protection = scheme.pointer("/protocol/executor").and_then(|e| e.as_str()).unwrap_or("none");
+            if !policy.protections.iter().any(|p| p == protection) {
+                return Err(VerifyError::ProtectionNotAllowed {
+                    role: evidence.role.clone(),
+                    protection: protection.to_owned(),
+                    allowed: policy.protections.clone(),
+                });
+            }
         }
 
         Ok(Verified {
