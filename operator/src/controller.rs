@@ -462,6 +462,7 @@ async fn resolve_policy(ctx: &Context, ns: &str, valid: &ValidSpec) -> Result<Re
     policy.measurements = valid.measurements.iter().map(|m| attest::Hex(*m)).collect();
     let t = valid.min_tcb;
     policy.min_tcb = attest::Tcb { bootloader: t.bootloader, tee: t.tee, snp: t.snp, microcode: t.microcode };
+    policy.protections = valid.protections.clone();
     if !valid.scheme_identities.is_empty() {
         policy.scheme_identities = Some(valid.scheme_identities.iter().map(|s| attest::Hex(*s)).collect());
     }

@@ -54,6 +54,9 @@ pub struct ValidSpec {
     pub min_tcb: TcbSpec,
     pub roots: Vec<RootRef>,
     pub scheme_identities: Vec<[u8; 32]>,
+    /// The protections the spec's components run (`sealed` first): what the attestation
+    /// policy accepts from model services, and nothing weaker.
+    pub protections: Vec<String>,
     pub period: std::time::Duration,
 }
 
@@ -185,12 +188,19 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
         return Err(problems);
     }
     let models: [ModelPin; 4] = models.try_into().map_err(|_| vec!["internal: model count".to_string()])?;
+    let mut protections = vec![attest::policy::SEALED.to_string()];
+    for p in spec.components().filter_map(|v| v.protection).map(|p| p.as_str().to_string()) {
+        if !protections.contains(&p) {
+            protections.push(p);
+        }
+    }
     Ok(ValidSpec {
         models,
         measurements,
         min_tcb: att.minimum_tcb.unwrap_or_default(),
         roots,
         scheme_identities,
+        protections,
         period: std::time::Duration::from_secs(att.period_seconds.into()),
     })
 }

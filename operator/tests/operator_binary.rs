@@ -48,7 +48,7 @@ struct FakePod {
 async fn fake_pod(name: &str, component: Component, model_identity: [u8; 32]) -> FakePod {
     let claims = ServiceClaims {
         model_identity,
-        scheme_json: format!(r#"{{"role":"{component}","mask":"haar","shield":{{"k":8}}}}"#),
+        scheme_json: format!(r#"{{"role":"{component}","protocol":{{"executor":"sealed"}},"mask":"haar","shield":{{"k":8}}}}"#),
         role: component.as_str().into(),
     };
     let identity = Arc::new(ServerIdentity::generate(Arc::new(MockIssuer::new(pki())), claims).expect("identity"));

@@ -72,7 +72,7 @@ struct Backend {
 impl Backend {
     async fn start(id: f32, role: &str, at: Option<SocketAddr>, calls: Arc<AtomicUsize>) -> Backend {
         let issuer = Arc::new(MockIssuer::load_or_create(pki_dir()).unwrap());
-        let claims = ServiceClaims { model_identity: MODEL, scheme_json: serde_json::json!({ "role": role }).to_string(), role: role.into() };
+        let claims = ServiceClaims { model_identity: MODEL, scheme_json: serde_json::json!({ "role": role, "protocol": { "executor": "sealed" } }).to_string(), role: role.into() };
         let identity = Arc::new(ServerIdentity::generate(issuer, claims).unwrap());
         let spki = hex::encode(identity.tls_spki_sha256());
         let mut listener = None;

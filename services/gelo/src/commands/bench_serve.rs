@@ -1,6 +1,6 @@
 //! `gelo bench serve`: a model service started as its own process (RA-TLS, mock
-//! attestation, masked), driven by concurrent gRPC clients, against the same model's
-//! in-process rate on the same machine.
+//! attestation, the protection `--protection` names), driven by concurrent gRPC clients,
+//! against the same model's in-process rate under the same protection on the same machine.
 
 use std::{
     io::{BufRead, BufReader},
@@ -35,6 +35,9 @@ pub struct ServeArgs {
     /// Tokens per generated answer (generator).
     #[arg(long, default_value_t = 32)]
     max_tokens: u32,
+    /// The service's protection (and the in-process reference's): sealed or masked.
+    #[arg(long, default_value = "sealed")]
+    protection: protocol::Protection,
 }
 
 fn text(i: usize) -> String {
@@ -49,10 +52,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
 async fn run_async(a: ServeArgs) -> Result<()> {
     let pki_dir = std::env::temp_dir().join(format!("gelo-bench-pki-{}", std::process::id()));
     let pki = MockPki::load_or_create(&pki_dir)?;
-    let policy = Arc::new(Policy::default().with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())]).allow_measurement(default_mock_measurement()));
+    let policy = Arc::new(
+        Policy::default()
+            .with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())])
+            .allow_measurement(default_mock_measurement())
+            .allow_protection(a.protection.as_str()),
+    );
     let mut child = Command::new(std::env::current_exe()?)
         .args([a.role.as_str(), "--model", a.model.to_str().context("model path")?, "--max-queue", "100000", "--max-texts", "256"])
-        .args(["--metrics-listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0", "--protection", a.protection.as_str()])
         .env("GELO_ATTEST_ISSUER", "mock")
         .env("GELO_MOCK_PKI_DIR", &pki_dir)
         .env("RUST_LOG", "warn")
@@ -92,11 +100,11 @@ fn server_seconds(metrics: &str) -> Result<(f64, f64)> {
 }
 
 async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &str) -> Result<()> {
-    // In-process reference: the same model on its own masked CPU executor, embedding the
+    // In-process reference: the same model under the same protection (CPU engine), embedding the
     // same texts in batches of what `c` clients can at best have in flight together (one
     // text each): batch 1 for one client, batch c for c clients. Each pass runs on the
     // rayon pool, as the server's do (`models::on_pool`).
-    let exec: Arc<dyn protocol::Executor> = Arc::new(protocol::MaskedExecutor::new(Arc::new(kernels::CpuEngine::new()), Default::default())?);
+    let exec = a.protection.executor(Arc::new(kernels::CpuEngine::new()), Default::default())?;
     let e = models::load_embedder(&a.model, exec, &Default::default())?;
     // The texts the `c` clients of round `round` send, in batches of `c` (request r of
     // every client together): served and in-process embed exactly the same token counts.

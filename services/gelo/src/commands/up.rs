@@ -253,9 +253,11 @@ pub fn run(a: UpArgs) -> Result<()> {
     let identity = |p: &Path| -> Result<String> { Ok(models::Manifest::of_path(p)?.1.identity().to_string()) };
     let (id_embedder, id_reranker, id_generator) = (identity(&embedder)?, identity(&reranker)?, identity(&generator)?);
     let issuer = MockIssuer::load_or_create(&pki_dir).with_context(|| format!("mock PKI in {}", pki_dir.display()))?;
+    // The gateway and the client commands accept exactly the protection these services run.
     let policy = Policy::default()
         .with_roots(vec![TrustedRoot::MockFile(PathBuf::from("mock-pki/ark.pem"))])
-        .allow_measurement(issuer.settings().measurement);
+        .allow_measurement(issuer.settings().measurement)
+        .allow_protection(a.protection.as_str());
     let policy_path = state.join("policy.yaml");
     std::fs::write(
         &policy_path,

@@ -58,3 +58,28 @@ async fn embedder_process_matches_in_process_and_serves_64_concurrent_clients() 
     assert_eq!(p.metric("gelo_engine_seconds_total", "").await, 0.0, "the sealed default used the engine");
     assert!(p.metric("gelo_tee_seconds_total", "").await > 0.0);
 }
+
+/// A service started with a weaker protection than the policy names is refused at the
+/// handshake, before any request: `masked` is accepted only by a policy that lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_masked_service_is_refused_unless_the_policy_names_masked() {
+    let path = model("all-minilm-l6-v2");
+    let p = Proc::start("embedder", &["embedder", "--model", path.to_str().unwrap(), "--protection", "masked"], &[]);
+    let expected = attest::ExpectedPeer { model_identity: Some(identity(&path)), scheme_identity: None };
+    match attest::ratls::connect(&p.target(), policy(), expected.clone(), None).await {
+        Err(attest::AttestError::PeerRejected(e)) => {
+            assert_eq!(e.reason(), "protection_not_allowed");
+            assert!(e.to_string().contains("\"masked\""), "{e}");
+        }
+        Err(other) => panic!("expected a protection refusal, got {other}"),
+        Ok(_) => panic!("the default policy accepted a masked embedder"),
+    }
+    let allows_masked = std::sync::Arc::new((*policy()).clone().allow_protection("masked"));
+    let ch = attest::ratls::connect(&p.target(), allows_masked, expected, None).await.expect("masked allowed");
+    let got = EmbedderClient::new(ch.channel())
+        .embed(EmbedRequest { texts: vec!["a masked request".into()], ..Default::default() })
+        .await
+        .expect("embed")
+        .into_inner();
+    assert_eq!(got.embeddings.len(), 1);
+}
