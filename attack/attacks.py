@@ -3,14 +3,14 @@ public tables, and — for scoring only — the ground truth, and returns a smal
 `value` is the headline number (token recovery rate, or aligned |cosine|).
 
 Token recovery is scored two ways:
-* positional (`value`, what the issue's gates use, as the AloePri/seed harness did): row r
+* positional (`value`, what the token gates use, as the AloePri harness did): row r
   of a block is guessed as the token of activation row r — the attack treats the rows it
   sees as if they were the plaintext rows;
 * bag of tokens (`order_free`): the block's guesses, ranked by the attack's own
   confidence, top n distinct (n = activation rows, which the attacker infers from the
   operand's row count); recall of the block's distinct content tokens. Order is lost but
   the words are not: a mask that only permuted rows would fail the first and not this.
-  Reported as its own row and as a finding when it beats the mask.
+  Reported as its own row.
 Special tokens ([CLS], [SEP], BOS, EOS) are never scored: they carry no prompt content.
 """
 
@@ -490,3 +490,161 @@ def ica_calibration(n=12, d=384, seed=2026):
     s = rng.laplace(size=(n, d))
     x = ortho_group.rvs(n, random_state=rng) @ s
     return dict(fastica=aligned_cosine(s, fastica(x, n)), jade=aligned_cosine(s, jade(x, n)))
+
+
+# ---------------------------------------------------------------------------------------
+# The column Gram's quadratic form and its top eigenvectors (docs/SECURITY.md, "What the
+# GPU can learn"): with a Haar mask the view is a function of UᵀU = HᵀH + SᵀS alone.
+# ---------------------------------------------------------------------------------------
+
+def shield_lambda(u, n, shield_rows, energy):
+    """E[SᵀS] = λ·I for the masked scheme's shield law (k Gaussian rows, each scaled to
+    energy × the mean row norm of H), with that norm estimated from what the attacker sees:
+    ‖U‖² = ‖H‖² + k·energy²·m² and ‖H‖² ≈ n·m²."""
+    k = len(u) - n if shield_rows else 0
+    if k <= 0:
+        return 0.0
+    m2 = float(np.linalg.norm(u) ** 2) / (n + k * energy ** 2)
+    return k * energy ** 2 * m2 / u.shape[1]
+
+
+def layer0_table(pub, p0=0, n=1):
+    """Candidate rows for layer 0: the exact operand row of every token (BERT: at the
+    block's middle position, LayerNorm rows move little with the position)."""
+    return unit(pub.l0_rows(min(p0 + n // 2, pub.max_position - 1)))
+
+
+def token_means(pub, site, train):
+    """A learned probe for a deep layer: each token's mean hidden state over the attacker's
+    own plaintext runs of the public model (`site` of the control condition, blocks of the
+    prompts in `train` only). Returns (table of unit rows, token id of each row)."""
+    sums, counts = {}, {}
+    for i in range(len(site)):
+        p, _, h, toks, _ = site.block(i)
+        if p not in train:
+            continue
+        for row, t in zip(h, toks):
+            t = int(t)
+            if t in pub.special:
+                continue
+            sums[t] = sums.get(t, 0.0) + row
+            counts[t] = counts.get(t, 0) + 1
+    ids = np.array(sorted(sums), dtype=np.int64)
+    if len(ids) == 0:
+        return None, ids
+    return unit(np.stack([sums[t] / counts[t] for t in ids])), ids
+
+
+def second_moment(site, keep):
+    """E[h hᵀ] over the rows of the attacker's own plaintext runs (`site` of the control
+    condition, blocks whose prompt passes `keep`): the Gram a typical row adds. Subtracting
+    n·E[h hᵀ] from an observed Gram removes the directions every prompt shares (decoders'
+    embeddings have a few dominant ones), so what stays is what this prompt adds."""
+    acc, rows = None, 0
+    for i in range(len(site)):
+        p, _, h, _, _ = site.block(i)
+        if not keep(p):
+            continue
+        acc = h.T @ h if acc is None else acc + h.T @ h
+        rows += len(h)
+    return None if acc is None else acc / rows
+
+
+def _quadform_scores(g, table, chunk=8192):
+    out = np.empty(len(table), dtype=np.float32)
+    g = g.astype(np.float32)
+    for s in range(0, len(table), chunk):
+        x = table[s:s + chunk]
+        out[s:s + chunk] = np.einsum("ij,ij->i", x @ g, x)
+    return out
+
+
+def gram_quadform_attack(pub, site, shield_rows, energy, limit=None, table_fn=None, ids=None, allowed=None,
+                         keep=None, baseline=None):
+    """Quadratic form x̂ᵀ(UᵀU − E[SᵀS] − n·E[hhᵀ])x̂ against every candidate row x̂ (the last
+    term from the attacker's own plaintext runs, `baseline`); the block's n (inferred from
+    its height) best distinct tokens are the guess (bag of tokens). The
+    signal of a true token is ‖h‖², the shield's noise has standard deviation λ·√(2k)/…
+    (docs/SECURITY.md): SNR = d/(energy²·√(2k)) per operand at layer 0."""
+    tally = Tally(pub)
+    for i in site.sample(limit, seed=21):
+        p, u, _, toks, p0 = site.block(i)
+        if keep is not None and not keep(p):
+            continue
+        n = len(toks)
+        table_fn = table_fn or (lambda q0, m: layer0_table(pub, q0, m))
+        g = u.T @ u - shield_lambda(u, n, shield_rows, energy) * np.eye(u.shape[1])
+        if baseline is not None:
+            g -= n * baseline
+        table = table_fn(p0, n)
+        q = _quadform_scores(g, table)
+        top = np.argsort(-q)[:4 * n + 8]
+        guesses = top if ids is None else ids[top]
+        tally.add(toks, guesses, q[top], allowed=allowed, positional=False)
+    return tally.result()
+
+
+def gram_eigvec_attack(pub, site, shield_rows, energy, limit=None, table_fn=None, ids=None, allowed=None,
+                       keep=None, baseline=None):
+    """Top-n eigenvectors of UᵀU − E[SᵀS], each matched (|cosine|) to its nearest candidate
+    row; the eigenvectors are guessed tokens ranked by that cosine (bag of tokens)."""
+    tally = Tally(pub)
+    for i in site.sample(limit, seed=22):
+        p, u, _, toks, p0 = site.block(i)
+        if keep is not None and not keep(p):
+            continue
+        n = len(toks)
+        table_fn = table_fn or (lambda q0, m: layer0_table(pub, q0, m))
+        g = u.T @ u - shield_lambda(u, n, shield_rows, energy) * np.eye(u.shape[1])
+        if baseline is not None:
+            g -= n * baseline
+        vals, vecs = np.linalg.eigh(g)
+        top = vecs[:, np.argsort(-vals)[:n]].T.astype(np.float32)
+        sims = np.abs(top @ table_fn(p0, n).T)
+        best = sims.argmax(axis=1)
+        guesses = best if ids is None else ids[best]
+        tally.add(toks, guesses, sims.max(axis=1), allowed=allowed, positional=False)
+    return tally.result()
+
+
+def accumulation_attack(pub, site, groups, shield_rows, energy, passes=(1, 16, 256), limit_groups=None, seed=23,
+                        baseline=None):
+    """Repeated content: the same prompt (one system prompt) through P passes, each with a
+    fresh mask and fresh shield rows. The Haar mask drops out of every UᵀU, so the attacker
+    averages the P Grams, HᵀH + mean(SₚᵀSₚ), and the shield noise falls as 1/√P. The mask
+    does not enter UᵀU, so the P passes are drawn with the scheme's shield law (the row
+    count of the captured operand, energy × the mean row norm) on the captured H; the
+    quadratic-form column checks that law against real captures at P = 1. Returns the
+    quadratic-form recovery (bag of tokens) per P."""
+    rng = np.random.default_rng(seed)
+    by_prompt = {}
+    for i in range(len(site)):
+        by_prompt.setdefault(int(site.blocks[i][0]), i)
+    out = {}
+    tallies = {p: Tally(pub) for p in passes}
+    used = 0
+    for g in list(groups.values())[:limit_groups]:
+        if g[0] not in by_prompt:
+            continue
+        _, u, h, toks, p0 = site.block(by_prompt[g[0]])
+        n, d = len(h), h.shape[1]
+        k = len(u) - n if shield_rows else 0
+        table = layer0_table(pub, p0, n)
+        norm = energy * np.linalg.norm(h, axis=1).mean()
+        used += 1
+        for p in passes:
+            gram = h.T @ h - (0 if baseline is None else n * baseline)
+            if k > 0:
+                s = rng.standard_normal((p * k, d))
+                s *= norm / np.linalg.norm(s, axis=1, keepdims=True)
+                gram = gram + (s.T @ s) / p - (k * norm ** 2 / d) * np.eye(d)
+            q = _quadform_scores(gram, table)
+            top = np.argsort(-q)[:4 * n + 8]
+            tallies[p].add(toks, top, q[top], positional=False)
+    if not used:
+        return dict(value=None, note="no repeated prompts")
+    for p in passes:
+        out[f"passes_{p}"] = tallies[p].result()["order_free"]
+    out["value"] = out[f"passes_{passes[-1]}"]
+    out["groups"] = used
+    return out

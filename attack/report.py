@@ -1,5 +1,5 @@
 """GELO attack harness: capture what the GPU sees, attack it, print the table, check the
-gates, write the JSON. Exits non-zero when a gate fails.
+gates, write the JSON. Exits non-zero when a gate fails or did not run.
 
     python3 attack/report.py            # CI size: MiniLM + SmolLM2, a few dozen prompts
     python3 attack/report.py --full     # release size: ≥ 512 prompts (docs/SECURITY.md)
@@ -30,20 +30,35 @@ MODELS = {
     "smollm2": "smollm2-135m-instruct.gguf",
     "qwen": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 }
+# `prod` is the executor a model service builds by default (protocol::Protection::default),
+# whatever it is; the c-conditions are the controls and the opt-in masked scheme.
+PROD = "prod"
 PREFILL = ["c0", "c1", "c2", "c3", "c3b"]
 MASKED = ["c2", "c3", "c3b"]
 # Columns of the table: (label, phase, condition).
-COLUMNS = [("C0", "prefill", "c0"), ("C1", "prefill", "c1"), ("C2", "prefill", "c2"), ("C3", "prefill", "c3"),
+COLUMNS = [("Prod", "prefill", PROD), ("Prod·dec", "decode", PROD), ("Prod·head", "lm_head", PROD),
+           ("C0", "prefill", "c0"), ("C1", "prefill", "c1"), ("C2", "prefill", "c2"), ("C3", "prefill", "c3"),
            ("C3b", "prefill", "c3b"), ("C4·C0", "decode", "c0"), ("C4·C1", "decode", "c1"), ("C4", "decode", "c2"),
            ("C4·C3", "decode", "c3"), ("C4s", "decode", "c2s"), ("C5·C0", "lm_head", "c0"), ("C5·C1", "lm_head", "c1"),
            ("C5", "lm_head", "c2"), ("C5·C3", "lm_head", "c3"), ("C5s", "lm_head", "c2s")]
+PROD_LABELS = ["Prod", "Prod·dec", "Prod·head"]
 # Shared decode-step masks (opt-in, `--decode-masks shared`): a decoder's decode steps under
-# one mask for all sequences of the step. Reported and checked as findings, outside the
-# issue's gates.
+# one mask for all sequences of the step.
 SHARED = ["C4s", "C5s"]
 DECODERS = ("smollm2", "qwen")
+DECODER_MODELS = DECODERS
 TOKEN_ATTACKS = ("NN", "IMA", "ISA", "LM-head argmax")
-SHIELD = {"c0": (0, 0.0), "c1": (0, 0.0), "c2": (8, 4.0), "c3": (8, 4.0), "c3b": (8, 4.0), "c2s": (8, 4.0)}
+# (shield rows, energy) of each condition: the attacker knows the scheme. `prod` is read only
+# if the production default ever hands the engine operands (then it is the masked default).
+SHIELD = {"c0": (0, 0.0), "c1": (0, 0.0), "c2": (8, 4.0), "c3": (8, 4.0), "c3b": (8, 4.0), "c2s": (8, 4.0),
+          PROD: (8, 4.0)}
+# What runs on each kind of site; a captured condition whose site is missing scores None
+# for each (a gate that did not run fails).
+L0_ATTACKS = ["NN", "IMA", "FastICA", "JADE", "Gram quadratic form", "Gram top eigenvectors", "Row-space test",
+              "BSS→NN"]
+PREFILL_ATTACKS = ["Anchor ICA", "Multi-observation", "Repeated content", "Gram (column)", "Gram identification"]
+DEEP_ATTACKS = ["ISA", "Gram quadratic form (deep probe)", "Gram top eigenvectors (deep probe)"]
+HEAD_ATTACKS = ["LM-head argmax", "FastICA", "BSS→argmax"]
 
 
 def order_fn(cond):
@@ -55,6 +70,20 @@ def order_fn(cond):
     return lambda n: n + rows
 
 
+def conditions(args, name):
+    conds = [PROD] + (PREFILL if args.full and name != "qwen" else ["c0", "c1", "c2", "c3"])
+    return conds + ["c2s"] if name in DECODERS else conds
+
+
+def exposure(root):
+    """What the production default handed the engine (`meta.json` of its capture)."""
+    path = Path(root) / PROD / "meta.json"
+    if not path.exists():
+        return None
+    meta = json.loads(path.read_text())
+    return dict(meta["exposure"], engine_weights=meta["engine_weights"], passes=meta["passes"])
+
+
 def capture(args, run, prompts_path):
     binary = args.binary
     if binary is None:
@@ -63,9 +92,7 @@ def capture(args, run, prompts_path):
         binary = target / "debug" / "gelo-attack"
     models_dir = Path(args.cache).parent / "models" if args.models_dir is None else Path(args.models_dir)
     for name in args.models:
-        conds = PREFILL if args.full and name != "qwen" else ["c0", "c1", "c2", "c3"]
-        if name in DECODERS:
-            conds = conds + ["c2s"]
+        conds = conditions(args, name)
         cmd = [str(binary), "capture", "--model", str(models_dir / MODELS[name]), "--name", name, "--prompts",
                str(prompts_path), "--out", str(run), "--conditions", ",".join(conds), "--max-tokens",
                str(args.max_tokens), "--decode-tokens", str(args.decode_tokens), "--decode-prompts",
@@ -99,35 +126,76 @@ def attack_model(args, root, prompts):
     # The attacker's own plaintext runs of the public model: a typical final hidden state.
     c0_head = Site(root, "c0", "decode", "lm_head")
     reference = np.asarray(c0_head.H, dtype=np.float64).mean(axis=0) if c0_head.ok else None
+    captured = set(conditions(args, root.name))
+    # A learned probe for the deep site: each token's mean deep state over the attacker's
+    # own plaintext runs (C0, training prompts only); scored on the other prompts.
+    is_test = lambda p: bool(A._h(p, 91) < 300)  # the inversion attacks' split
+    c0_deep = Site(root, "c0", "prefill", "deep")
+    train = {int(b[0]) for b in c0_deep.blocks if not is_test(int(b[0]))} if c0_deep.ok else set()
+    probe, probe_ids = A.token_means(pub, c0_deep, train) if c0_deep.ok else (None, [])
+    probe_vocab = {int(t) for t in probe_ids}
+    # The attacker's own plaintext second moments (training prompts), per phase and site.
+    moments = {}
+    for ph in ("prefill", "decode"):
+        for st in ("l0", "deep"):
+            c0 = Site(root, "c0", ph, st)
+            moments[ph, st] = A.second_moment(c0, lambda p: not is_test(p)) if c0.ok else None
+
+    def missing(label, attacks, why):
+        for a in attacks:
+            res.setdefault(a, {}).setdefault(label, dict(value=None, note=why))
+
     for label, phase, cond in COLUMNS:
+        if cond not in captured or (phase != "prefill" and root.name not in DECODERS):
+            continue
+        if cond == PROD and (exposure(root) or {}).get("engine_operands", 1) == 0:
+            continue  # nothing reached the engine: gated on the exposure (gates())
+        rows, energy = SHIELD[cond]
         site_phase = "decode" if phase in ("decode", "lm_head") else "prefill"
         l0 = Site(root, cond, site_phase, "l0")
         deep = Site(root, cond, site_phase, "deep")
         if phase == "lm_head":
             head = Site(root, cond, "decode", "lm_head")
             if not head.ok:
+                missing(label, HEAD_ATTACKS, "no LM-head capture")
                 continue
             put("LM-head argmax", label, lambda: A.lm_head_attack(pub, head, L["nn"]))
             put("FastICA", label, lambda: A.bss_attack(pub, head, "fastica", L["ica"]))
-            put("BSS→argmax (extra)", label, lambda: A.lm_head_bss_attack(pub, head, L["bss_nn"], reference))
+            put("BSS→argmax", label, lambda: A.lm_head_bss_attack(pub, head, L["bss_dec"], reference))
             continue
         if not l0.ok:
+            missing(label, L0_ATTACKS + (PREFILL_ATTACKS if phase == "prefill" else []), "no layer-0 capture")
             continue
         put("NN", label, lambda: A.nn_attack(pub, l0, L["nn"]))
         put("IMA", label, lambda: A.inversion_attack(pub, l0, L["ridge"]))
-        if deep.ok:
+        m0, md = moments[site_phase, "l0"], moments[site_phase, "deep"]
+        if deep.ok and probe is not None:
             put("ISA", label, lambda: A.inversion_attack(pub, deep, L["ridge"]))
+            put("Gram quadratic form (deep probe)", label, lambda: A.gram_quadform_attack(
+                pub, deep, rows, energy, L["quad"], table_fn=lambda p0, n: probe, ids=probe_ids,
+                allowed=lambda t: t in probe_vocab, keep=is_test, baseline=md))
+            put("Gram top eigenvectors (deep probe)", label, lambda: A.gram_eigvec_attack(
+                pub, deep, rows, energy, L["quad"], table_fn=lambda p0, n: probe, ids=probe_ids,
+                allowed=lambda t: t in probe_vocab, keep=is_test, baseline=md))
+        else:
+            missing(label, DEEP_ATTACKS, "no deep capture")
         put("FastICA", label, lambda: A.bss_attack(pub, l0, "fastica", L["ica"]))
         put("JADE", label, lambda: A.bss_attack(pub, l0, "jade", L["jade"]))
+        put("Gram quadratic form", label, lambda: A.gram_quadform_attack(pub, l0, rows, energy, L["quad"],
+                                                                          keep=is_test, baseline=m0))
+        put("Gram top eigenvectors", label, lambda: A.gram_eigvec_attack(pub, l0, rows, energy, L["quad"],
+                                                                         keep=is_test, baseline=m0))
         if phase == "prefill":
             put("Anchor ICA", label, lambda: A.anchor_attack(pub, l0, L["ica"]))
-            put("Multi-observation", label, lambda: A.multi_observation_attack(pub, l0, groups, *SHIELD[cond],
+            put("Multi-observation", label, lambda: A.multi_observation_attack(pub, l0, groups, rows, energy,
                                                                                   limit_groups=L["groups"]))
+            put("Repeated content", label, lambda: A.accumulation_attack(pub, l0, groups, rows, energy,
+                                                                          limit_groups=L["accum"], baseline=m0))
             put("Gram (column)", label, lambda: A.gram_attack(pub, l0, L["gram"]))
-            put("Gram identification (extra)", label, lambda: A.gram_identify_attack(
-                pub, l0, candidates, texts, *SHIELD[cond], order_fn(cond), L["gram"]))
-        put("Row-space test (extra)", label, lambda: A.span_attack(pub, l0, L["span"]))
-        put("BSS→NN (extra)", label, lambda: A.bss_nn_attack(pub, l0, L["bss_nn"]))
+            put("Gram identification", label, lambda: A.gram_identify_attack(
+                pub, l0, candidates, texts, rows, energy, order_fn(cond), L["gram"]))
+        put("Row-space test", label, lambda: A.span_attack(pub, l0, L["span"]))
+        put("BSS→NN", label, lambda: A.bss_nn_attack(pub, l0, L["bss_nn" if phase == "prefill" else "bss_dec"]))
     return res
 
 
@@ -139,9 +207,15 @@ def fmt(v):
     return f"{v:.3f}"
 
 
-def table(results):
+def table(results, exposures):
     lines = []
     for model, res in results.items():
+        if model in exposures:
+            e = exposures[model]
+            lines.append(f"\n{model}, production default: " + (
+                "no capture" if e is None else
+                f"the engine received {e['engine_operands']} operands and {e['engine_weights']} weights; the model "
+                f"made {e['model_linear_calls']} linear calls over {e['model_linear_rows']} activation rows"))
         labels = [c[0] for c in COLUMNS if any(c[0] in r for r in res.values())]
         lines.append(f"\n{model}")
         head = f"  {'attack':28s}" + "".join(f"{l:>8s}" for l in labels)
@@ -149,7 +223,7 @@ def table(results):
         for attack, row in res.items():
             lines.append(f"  {attack:28s}" + "".join(f"{fmt(row.get(l, {}).get('value')):>8s}" for l in labels))
             if attack in TOKEN_ATTACKS:
-                lines.append(f"  {'  bag of tokens (extra)':28s}" + "".join(
+                lines.append(f"  {'  bag of tokens':28s}" + "".join(
                     f"{fmt(row.get(l, {}).get('order_free')):>8s}" for l in labels))
             if attack in ("FastICA", "JADE"):
                 lines.append(f"  {'  random alignment':28s}" + "".join(
@@ -161,15 +235,48 @@ def table(results):
             if attack == "Gram (column)":
                 for key, name in (("row_gram", "  row-Gram distance"), ("spectrum", "  spectrum distance")):
                     lines.append(f"  {name:28s}" + "".join(f"{fmt(row.get(l, {}).get(key)):>8s}" for l in labels))
+            if attack == "Repeated content":
+                for p in (1, 16, 256):
+                    lines.append(f"  {f'  {p} passes':28s}" + "".join(
+                        f"{fmt(row.get(l, {}).get(f'passes_{p}')):>8s}" for l in labels))
             if attack.startswith("Gram identification"):
                 lines.append(f"  {'  chance (length only)':28s}" + "".join(
                     f"{fmt(row.get(l, {}).get('chance')):>8s}" for l in labels))
     return "\n".join(lines)
 
 
-def gates(results, calibration):
-    """The issue's gates (CI) and the findings of the extra attacks."""
-    out, findings = [], []
+# The masked scheme's (opt-in) behaviour as docs/SECURITY.md states it: (attack, key, labels,
+# bound, direction). "≤": the attack fails (at most the bound); "≥": the documented leak is
+# there (at least the bound; the harness's attacks work, and the doc's table is current).
+# Attacks whose numbers do not order the mask families (distances, shapes, leaks that both
+# families have in full).
+PARITY_EXEMPT = {"Gram (column)", "Multi-observation", "Row-space test", "BSS→NN", "BSS→argmax", "Gram identification",
+                 "Repeated content", "Gram quadratic form", "Gram top eigenvectors", "Gram quadratic form (deep probe)",
+                 "Gram top eigenvectors (deep probe)"}
+MASKED_LABELS = ["C2", "C3", "C3b", "C4", "C4·C3", "C5", "C5·C3"]
+DOCUMENTED = [
+    ("NN", "value", MASKED_LABELS, 0.10, "≤"),
+    ("IMA", "value", MASKED_LABELS, 0.10, "≤"),
+    ("ISA", "value", MASKED_LABELS, 0.10, "≤"),
+    ("LM-head argmax", "value", MASKED_LABELS, 0.10, "≤"),
+    ("Row-space test", "order_free", ["C2", "C3", "C3b", "C4", "C4·C3", "C4s"], 0.90, "≥"),
+    ("BSS→NN", "value", ["C4", "C4·C3"], 0.90, "≥"),
+    ("BSS→NN", "value", ["C4s"], 0.60, "≥"),
+    ("BSS→argmax", "value", ["C5", "C5·C3"], 0.40, "≥"),
+    ("BSS→argmax", "value", ["C5s"], 0.15, "≥"),
+    ("Gram quadratic form", "value", ["C2", "C3", "C4", "C4·C3"], 0.15, "≥"),
+    ("Gram quadratic form (deep probe)", "value", ["C2", "C3", "C4", "C4·C3"], 0.15, "≥"),
+    ("FastICA", "value", ["C4", "C4·C3", "C5", "C5·C3"], 0.90, "≥"),
+    ("Gram identification", "value", ["C2", "C3", "C3b"], 0.90, "≥"),
+]
+
+
+def gates(results, calibration, exposures):
+    """Every attack is a gate, on every model: on the production default (the engine must
+    receive nothing, or the attacks run on what it got and must fail), on the plaintext
+    controls (the attacks work), and on the opt-in masked scheme (its behaviour as
+    docs/SECURITY.md states it). A result that is missing fails."""
+    out = []
 
     def gate(name, ok, detail):
         out.append(dict(gate=name, ok=bool(ok), detail=detail))
@@ -181,16 +288,62 @@ def gates(results, calibration):
          calibration["fastica"] >= 0.85 and calibration["jade"] >= 0.85,
          f"FastICA {calibration['fastica']:.3f}, JADE {calibration['jade']:.3f}")
     for model, res in results.items():
-        for attack, labels in (("NN", ["C0", "C4·C0"]), ("IMA", ["C0"]), ("LM-head argmax", ["C5·C0"])):
+        # 1. Every attack that was due ran.
+        for attack, row in res.items():
+            for label, r in row.items():
+                if r.get("value") is None:
+                    gate(f"{model}: {attack} {label} ran", False, r.get("note", "no result"))
+
+        # 2. The production default.
+        e = exposures.get(model)
+        gate(f"{model}: production default captured", e is not None and e["model_linear_calls"] > 0,
+             "no capture" if e is None else f"{e['model_linear_calls']} linear calls, {e['model_linear_rows']} rows")
+        blind = e is not None and e["engine_operands"] == 0 and e["engine_weights"] == 0
+        for attack, row in res.items():
+            ctrl = [(l, r["value"]) for l, r in row.items() if l in ("C0", "C1", "C4·C0", "C5·C0") and
+                    r.get("value") is not None]
+            ctrl_txt = ", ".join(f"{l} {fmt(x)}" for l, x in ctrl) or "none"
+            prod = [(l, row[l].get("value")) for l in PROD_LABELS if l in row]
+            if blind:
+                gate(f"{model}: {attack} on the production default has no input", True,
+                     f"the engine received 0 of {e['model_linear_calls']} operands and no weight "
+                     f"(its controls: {ctrl_txt})")
+            elif prod:
+                gate(f"{model}: {attack} on the production default ≤ 0.10",
+                     all(x is not None and x <= 0.10 for _, x in prod),
+                     ", ".join(f"{l} {fmt(x)}" for l, x in prod))
+            elif e is not None:
+                gate(f"{model}: {attack} on the production default ran", False,
+                     f"the engine received {e['engine_operands']} operands that no attack read")
+        if e is not None:
+            gate(f"{model}: the production default hands the engine no operand and no weight", blind,
+                 f"operands {e['engine_operands']}, weights {e['engine_weights']}")
+
+        # 3. Plaintext controls: the attacks work where the data allow it.
+        for attack, labels, bound in (("NN", ["C0", "C4·C0"], 0.95), ("IMA", ["C0"], 0.95),
+                                      ("LM-head argmax", ["C5·C0"], 0.95), ("Row-space test", ["C0", "C1"], 0.95),
+                                      ("Gram identification", ["C1"], 0.95), ("Gram quadratic form", ["C0"], 0.20),
+                                      ("Gram quadratic form", ["C4·C0"], 0.95),
+                                      ("Gram quadratic form (deep probe)", ["C0"], 0.30)):
+            # Bag-of-tokens chance for the Gram tests is n/V (under 0.001 here): 0.20 is a
+            # working attack. SmolLM2's prefill rows share a few heavy directions (γ), so its
+            # exact-Gram control is 0.27 at 32 rows and 1.0 at the decode shape.
             for l in labels:
-                x = v(res, attack, l)
-                if x is not None:
-                    gate(f"{model}: control {attack} {l} ≥ 0.95", x >= 0.95, fmt(x))
-        for attack in ("NN", "IMA", "ISA", "LM-head argmax"):
-            for l in ["C2", "C3", "C3b", "C4", "C4·C3", "C5", "C5·C3"]:
-                x = v(res, attack, l)
-                if x is not None:
-                    gate(f"{model}: {attack} {l} ≤ 0.10", x <= 0.10, fmt(x))
+                if model not in DECODER_MODELS and l.startswith(("C4", "C5")):
+                    continue
+                x = v(res, attack, l) if attack != "Row-space test" else v(res, attack, l, "order_free")
+                gate(f"{model}: control {attack} {l} ≥ {bound}", x is not None and x >= bound, fmt(x))
+        x = v(res, "Gram (column)", "C1")
+        gate(f"{model}: control C1 shows the column-Gram leak (rel. error ≤ 1e-3)", x is not None and x <= 1e-3, fmt(x))
+
+        # 4. The opt-in masked scheme, as documented.
+        for attack, key, labels, bound, way in DOCUMENTED:
+            for l in labels:
+                if l not in res.get(attack, {}):
+                    continue  # the attack does not apply there, or a column this run did not capture
+                x = v(res, attack, l, key)
+                ok = x is not None and (x <= bound if way == "≤" else x >= bound)
+                gate(f"{model}: masked {attack} {l} {way} {bound} (documented)", ok, fmt(x))
         for attack in ("FastICA", "JADE"):
             # "At the level of random alignment". On real hidden states ICA beats a random
             # rotation by a margin that is a property of the rows, not of the mask: on the
@@ -202,72 +355,34 @@ def gates(results, calibration):
             c0, c0r = v(res, attack, "C0"), v(res, attack, "C0", "random")
             for l in ("C2", "C3", "C3b"):
                 x, r = v(res, attack, l), v(res, attack, l, "random")
-                if x is None or c0 is None:
+                if l not in res.get(attack, {}):
                     continue
-                own = max(0.0, c0 - c0r)
-                gate(f"{model}: {attack} {l} at random alignment (excess ≤ plaintext's {own:.3f} + 0.02, and ≤ 0.10)",
-                     x - r <= own + 0.02 and x - r <= 0.10,
-                     f"{fmt(x)} vs random {fmt(r)} (excess {x - r:+.3f}); C0 {fmt(c0)} vs random {fmt(c0r)} "
-                     f"(excess {c0 - c0r:+.3f})")
+                own = max(0.0, c0 - c0r) if c0 is not None else 0.0
+                ok = x is not None and r is not None and x - r <= own + 0.02 and x - r <= 0.10
+                gate(f"{model}: masked {attack} {l} at random alignment (excess ≤ plaintext's {own:.3f} + 0.02, "
+                     f"and ≤ 0.10; documented)", ok, f"{fmt(x)} vs random {fmt(r)}")
         for attack, row in res.items():
-            if attack.endswith("(extra)") or attack in ("Gram (column)", "Multi-observation"):
+            if attack in PARITY_EXEMPT:
                 continue
             for a, b in (("C2", "C3"), ("C2", "C3b"), ("C4", "C4·C3"), ("C5", "C5·C3")):
                 x, y = v(res, attack, a), v(res, attack, b)
                 if x is not None and y is not None:
                     # One-sided: HD₃ pads to a power of two with extra shield rows, so its
                     # numbers may sit lower than Haar's; parity means "no weaker".
-                    gate(f"{model}: {attack} {b} no weaker than {a} (≤ {a} + 0.05)", y <= x + 0.05,
-                         f"{fmt(y)} vs {fmt(x)} (Δ {y - x:+.3f})")
-        x = v(res, "Gram (column)", "C1")
-        if x is not None:
-            gate(f"{model}: C1 shows the column-Gram leak (rel. error ≤ 1e-3)", x <= 1e-3, fmt(x))
+                    gate(f"{model}: masked {attack} {b} no weaker than {a} (≤ {a} + 0.05; documented)",
+                         y <= x + 0.05, f"{fmt(y)} vs {fmt(x)} (Δ {y - x:+.3f})")
         for l in ("C2", "C3", "C3b"):
-            x = v(res, "Gram (column)", l)
-            if x is not None:
-                gate(f"{model}: shield closes the column-Gram leak at {l} (rel. error ≥ 0.5)", x >= 0.5, fmt(x))
-
-        # Findings: the extra attacks and the shapes the issue's gates do not cover.
-        masked = ["C2", "C3", "C3b", "C4", "C4·C3", "C5", "C5·C3"] + SHARED
-        for attack in ("Row-space test (extra)", "BSS→NN (extra)", "BSS→argmax (extra)"):
-            for l in masked:
-                x = v(res, attack, l)
-                if x is not None and x > 0.10:
-                    findings.append(f"{model}: {attack[:-8]} recovers {100 * x:.1f} % of tokens at {l}")
-        for attack in TOKEN_ATTACKS:
-            for l in masked:
-                x = v(res, attack, l, "order_free")
-                if x is not None and x > 0.10:
-                    findings.append(f"{model}: {attack} as a bag of tokens recovers {100 * x:.1f} % of the "
-                                    f"distinct tokens at {l}")
-        for l in ["C2", "C3", "C3b"]:
-            x, c = v(res, "Gram identification (extra)", l), v(res, "Gram identification (extra)", l, "chance")
-            if x is not None and x > c + 0.10:
-                findings.append(f"{model}: Gram identification picks the right prompt {100 * x:.1f} % of the time "
-                                f"at {l} (chance {100 * c:.1f} %)")
-        for attack in TOKEN_ATTACKS:
-            for l in SHARED:
-                x = v(res, attack, l)
-                if x is not None and x > 0.10:
-                    findings.append(f"{model}: {attack} recovers {100 * x:.1f} % of tokens at {l} "
-                                    f"(shared decode masks; C4/C5 gate at 0.10)")
-        for l in ["C4", "C4·C3", "C5", "C5·C3"] + SHARED:
-            x, r = v(res, "FastICA", l), v(res, "FastICA", l, "random")
-            if x is not None and x > r + 0.10:
-                findings.append(f"{model}: FastICA separates the real row at {l}: |cos| {x:.3f} (random {r:.3f})")
-        for l in ["C2", "C3", "C3b"]:
-            x, single = v(res, "Multi-observation", l), v(res, "Multi-observation", l, "single")
-            if x is not None and x > single + 0.05:
-                findings.append(f"{model}: pooling fresh-mask passes of one prompt helps FastICA at {l}: "
-                                f"|cos| {x:.3f} pooled vs {single:.3f} one pass")
-        for l in ["C2", "C3", "C3b"]:
-            row = res.get("Multi-observation", {}).get(l, {})
-            if row.get("intersection_dim") is not None and row.get("h_energy_in_intersection", 0) > 0.9:
-                findings.append(
-                    f"{model}: repeated prompts at {l}: the passes' row spaces meet in a "
-                    f"{row['intersection_dim']:.0f}-dim subspace holding {100 * row['h_energy_in_intersection']:.0f} % "
-                    f"of H (rank {row['rank_h']:.0f}); fresh shield rows cancel out")
-    return out, findings
+            if l in res.get("Gram (column)", {}):
+                x = v(res, "Gram (column)", l)
+                gate(f"{model}: masked shield hides the exact column Gram at {l} (rel. error ≥ 0.5; documented)",
+                     x is not None and x >= 0.5, fmt(x))
+        ctrl, x = v(res, "Repeated content", "C1", "passes_1"), v(res, "Repeated content", "C2", "passes_256")
+        gate(f"{model}: masked repeated content: 256 passes of one prompt cancel the shield (≥ exact-Gram C1 − 0.05; "
+             f"documented)", x is not None and ctrl is not None and x >= ctrl - 0.05, f"{fmt(x)} vs C1 {fmt(ctrl)}")
+        x = v(res, "Multi-observation", "C2", "h_energy_in_intersection")
+        gate(f"{model}: masked repeated passes' row spaces meet in span(H), ≥ 0.9 of its energy (documented)",
+             x is not None and x >= 0.9, fmt(x))
+    return out
 
 
 def main():
@@ -283,18 +398,19 @@ def main():
     ap.add_argument("--skip-capture", action="store_true", help="attack an existing capture")
     ap.add_argument("--json", default=None, help="report JSON (default: <run>/report.json)")
     ap.add_argument("--verbose", action="store_true", help="print each attack as it finishes")
-    ap.add_argument("--strict", action="store_true", help="findings of the extra attacks fail the run too")
     args = ap.parse_args()
     args.models = (args.models or "minilm,smollm2").split(",")
     size = args.prompts or (512 if args.full else 64)
     args.max_tokens = 32
     args.decode_tokens = 8
-    args.decode_prompts = 128 if args.full else 16
+    args.decode_prompts = 128 if args.full else 32
     # BSS blocks: the ICA gates compare means over blocks, so CI takes enough of them for a
     # standard error of a few thousandths (64 prompts: every FastICA block, 32 for JADE).
-    args.limit = ({"nn": None, "ridge": None, "ica": 128, "jade": 48, "bss_nn": 32, "gram": None, "span": 128, "groups": None}
+    args.limit = ({"nn": None, "ridge": None, "ica": 128, "jade": 48, "bss_nn": 32, "gram": None, "span": 128, "groups": None,
+                   "quad": 200, "accum": 8, "bss_dec": 64}
                   if args.full else
-                  {"nn": None, "ridge": None, "ica": 64, "jade": 32, "bss_nn": 4, "gram": None, "span": 16, "groups": 1})
+                  {"nn": None, "ridge": None, "ica": 64, "jade": 32, "bss_nn": 4, "gram": None, "span": 16, "groups": 1,
+                   "quad": 40, "accum": 4, "bss_dec": 32})
     run = Path(args.cache) / ("full" if args.full else "ci")
     run.mkdir(parents=True, exist_ok=True)
     prompts = corpus.build(args.data, size, repeats=(4, 8) if args.full else (2, 4), similar=8 if args.full else 4)
@@ -307,26 +423,23 @@ def main():
     t_capture = time.time() - t0
     calibration = A.ica_calibration()
     results = {m: attack_model(args, run / m, prompts) for m in args.models}
+    exposures = {m: exposure(run / m) for m in args.models}
     t_total = time.time() - t0
-    print(table(results))
-    gate_list, findings = gates(results, calibration)
+    print(table(results, exposures))
+    gate_list = gates(results, calibration, exposures)
     failed = [g for g in gate_list if not g["ok"]]
-    print(f"\nGates (the issue's; CI): {len(gate_list) - len(failed)} passed, {len(failed)} failed")
+    print(f"\nGates: {len(gate_list) - len(failed)} passed, {len(failed)} failed")
     for g in gate_list:
         print(f"  {'PASS' if g['ok'] else 'FAIL'}  {g['gate']}: {g['detail']}")
-    print(f"\nFindings (extra attacks and shapes outside the gates): {len(findings)}")
-    for f in findings:
-        print(f"  FINDING  {f}")
     report = dict(
         date=time.strftime("%Y-%m-%d"), prompts=len(prompts), models=args.models, full=args.full,
         seconds=dict(capture=round(t_capture, 1), total=round(t_total, 1)), calibration=calibration,
-        results=results, gates=gate_list, findings=findings,
+        exposures=exposures, results=results, gates=gate_list,
     )
     path = Path(args.json) if args.json else run / "report.json"
     path.write_text(json.dumps(report, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else o))
     print(f"\nreport: {path}  ({t_total:.0f} s, capture {t_capture:.0f} s)")
-    bad = bool(failed) or (args.strict and findings)
-    sys.exit(1 if bad else 0)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 use kernels::{
-    capture::{CapturingEngine, OpKind},
-    CpuEngine, Engine, Matrix, WeightId,
+    capture::{Captured, CapturingEngine, OpKind},
+    CpuEngine, Engine, EngineError, EngineInfo, Masked, Matrix, Registered, Weight, WeightId,
 };
 use models::{
     bert::{Bert, BertConfig, Encoded},
@@ -38,7 +38,11 @@ use models::{
 use serde::Serialize;
 use serde_json::json;
 
-use crate::{npy, record::Recorder, Condition};
+use crate::{
+    npy,
+    record::{Recorder, Truth},
+    Condition,
+};
 
 /// What to capture.
 #[derive(Clone, Debug)]
@@ -233,21 +237,94 @@ fn load(path: &Path, exec: Arc<dyn protocol::Executor>) -> Result<Model> {
 }
 
 /// One condition's capture run.
+/// The device as the attacker owns it: every operand it is sent (a [`CapturingEngine`]) and
+/// a count of the weights it is handed.
+pub struct Watched {
+    pub inner: CapturingEngine<CpuEngine>,
+    registered: AtomicUsize,
+}
+
+impl Watched {
+    pub fn new() -> Self {
+        Watched { inner: CapturingEngine::new(CpuEngine::new()), registered: AtomicUsize::new(0) }
+    }
+
+    /// Weights registered with the engine so far.
+    pub fn registered(&self) -> usize {
+        self.registered.load(Ordering::SeqCst)
+    }
+}
+
+impl Default for Watched {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Engine for Watched {
+    fn info(&self) -> EngineInfo {
+        self.inner.info()
+    }
+    fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
+        self.registered.fetch_add(1, Ordering::SeqCst);
+        self.inner.register(id, weight)
+    }
+    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
+        self.inner.unregister(id)
+    }
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+        self.inner.matmul_many(x, ids)
+    }
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+        self.inner.matmul_dynamic(a, b, transpose_b)
+    }
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+        self.inner.softmax_rows(x, scale)
+    }
+}
+
+/// What the engine received over a run, against what the model computed.
+#[derive(Default, Serialize)]
+struct Exposure {
+    /// Operands the engine received, of any kind (linear, attention, softmax).
+    engine_operands: usize,
+    /// Linear-layer calls the model made (each one an operand under an offloading scheme).
+    model_linear_calls: usize,
+    /// Activation rows of those calls.
+    model_linear_rows: usize,
+}
+
+impl Exposure {
+    fn count(&mut self, seen: &[Captured], truth: &[Truth]) {
+        self.engine_operands += seen.len();
+        self.model_linear_calls += truth.len();
+        self.model_linear_rows += truth.iter().map(|t| t.blocks.iter().sum::<usize>()).sum::<usize>();
+    }
+}
+
 struct Run<'a> {
     opts: &'a Options,
     cond: Condition,
-    engine: Arc<CapturingEngine<CpuEngine>>,
+    engine: Arc<Watched>,
     rec: Arc<Recorder>,
     deep: usize,
     passes: usize,
     buffers: BTreeMap<(String, Site), Buffer>,
+    exposure: Exposure,
 }
 
 impl Run<'_> {
     /// Pairs the engine's log with the recorder's since the last call and keeps the sites.
     fn collect(&mut self, phase: &str, seqs: &[SeqInfo], keep_down: bool) -> Result<()> {
-        let seen: Vec<_> = self.engine.take().into_iter().filter(|c| matches!(c.op, OpKind::Linear(_))).collect();
+        let seen = self.engine.inner.take();
         let truth = self.rec.take();
+        self.exposure.count(&seen, &truth);
+        if seen.is_empty() && self.cond == Condition::Production {
+            // The production default kept every product in the TEE: nothing to pair.
+            self.passes += 1;
+            return Ok(());
+        }
+        let seen: Vec<_> = seen.into_iter().filter(|c| matches!(c.op, OpKind::Linear(_))).collect();
         ensure!(seen.len() == truth.len(), "engine got {} linear calls, the model made {}", seen.len(), truth.len());
         let pass = self.passes;
         self.passes += 1;
@@ -264,9 +341,10 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Drops what was captured since the last call (a phase another one covers), counting it.
     fn discard(&mut self) {
-        self.engine.take();
-        self.rec.take();
+        let (seen, truth) = (self.engine.inner.take(), self.rec.take());
+        self.exposure.count(&seen, &truth);
     }
 
     fn prefill(&mut self, model: &Model, prompts: &[(usize, Vec<u32>)]) -> Result<()> {
@@ -428,7 +506,7 @@ pub fn capture(opts: &Options, cond: Condition, prompts: &[Prompt]) -> Result<Pa
     if opts.batch == 0 || opts.max_tokens < 2 {
         bail!("batch must be ≥ 1 and max_tokens ≥ 2");
     }
-    let engine = Arc::new(CapturingEngine::new(CpuEngine::new()));
+    let engine = Arc::new(Watched::new());
     let dyn_engine: Arc<dyn Engine> = engine.clone();
     let exec = cond.executor(dyn_engine)?;
     // The recorder decides what to keep by site, and the deep site depends on the layer
@@ -445,12 +523,13 @@ pub fn capture(opts: &Options, cond: Condition, prompts: &[Prompt]) -> Result<Pa
     if !public.join("public.json").exists() {
         write_public(&opts.model, &public, &model, deep)?;
     }
-    engine.take();
+    engine.inner.take();
     rec.take();
 
     let encoded: Vec<(usize, Vec<u32>)> =
         prompts.iter().map(|p| Ok((p.id, model.encode(&p.text, opts.max_tokens)?))).collect::<Result<_>>()?;
-    let mut run = Run { opts, cond, engine, rec, deep, passes: 0, buffers: BTreeMap::new() };
+    let mut run =
+        Run { opts, cond, engine, rec, deep, passes: 0, buffers: BTreeMap::new(), exposure: Exposure::default() };
     run.prefill(&model, &encoded)?;
     if let (Model::Decoder(g), true) = (&model, opts.decode_tokens > 0) {
         let n = opts.decode_prompts.min(encoded.len());
@@ -484,6 +563,8 @@ pub fn capture(opts: &Options, cond: Condition, prompts: &[Prompt]) -> Result<Pa
         "prompts": prompts.len(),
         "passes": run.passes,
         "sites": sites,
+        "exposure": run.exposure,
+        "engine_weights": run.engine.registered(),
     });
     std::fs::write(dir.join("meta.json"), serde_json::to_vec_pretty(&meta)?)?;
     Ok(dir)

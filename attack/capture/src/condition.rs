@@ -5,18 +5,21 @@ use std::sync::Arc;
 use kernels::Engine;
 use protocol::{
     mask::{self, Family},
-    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ShieldConfig,
+    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection, ShieldConfig,
 };
 use serde::Serialize;
 
 /// One column of the attack table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Condition {
+    /// Prod: exactly the executor a model service builds by default
+    /// ([`Protection::default`]), whatever that is. The gated column.
+    Production,
     /// C0: activations in the clear. The control: every attack must succeed here.
     Plain,
     /// C1: fresh Haar mask, no shield rows (leaks the column Gram `HᵀH`).
     MaskOnly,
-    /// C2: the default, fresh Haar mask and shield(8, 4.0).
+    /// C2: the masked scheme's default, fresh Haar mask and shield(8, 4.0).
     Default,
     /// C3: HD₃ mask and shield(8, 4.0).
     Hd3,
@@ -28,7 +31,8 @@ pub enum Condition {
 }
 
 impl Condition {
-    pub const ALL: [Condition; 6] = [
+    pub const ALL: [Condition; 7] = [
+        Condition::Production,
         Condition::Plain,
         Condition::MaskOnly,
         Condition::Default,
@@ -39,6 +43,7 @@ impl Condition {
 
     pub fn name(self) -> &'static str {
         match self {
+            Condition::Production => "prod",
             Condition::Plain => "c0",
             Condition::MaskOnly => "c1",
             Condition::Default => "c2",
@@ -55,6 +60,9 @@ impl Condition {
     /// The masked executor's settings; `None` for the plaintext control.
     pub fn config(self) -> Option<MaskedConfig> {
         let (mask, shield) = match self {
+            Condition::Production => {
+                return (Protection::default() == Protection::Masked).then(MaskedConfig::default);
+            }
             Condition::Plain => return None,
             Condition::MaskOnly => (MaskKind::Haar, ShieldConfig::off()),
             Condition::Default | Condition::SharedDecode => (MaskKind::Haar, ShieldConfig::default()),
@@ -88,6 +96,9 @@ impl Condition {
 
     /// The executor model code runs on under this condition.
     pub fn executor(self, engine: Arc<dyn Engine>) -> anyhow::Result<Arc<dyn Executor>> {
+        if self == Condition::Production {
+            return Ok(Protection::default().executor(engine, MaskedConfig::default())?);
+        }
         Ok(match self.config() {
             None => Arc::new(PlaintextExecutor::new(engine)),
             Some(cfg) => Arc::new(MaskedExecutor::new(engine, cfg)?),

@@ -12,5 +12,5 @@ pub mod condition;
 pub mod npy;
 pub mod record;
 
-pub use capture::{capture, Options, Prompt, Site};
+pub use capture::{capture, Options, Prompt, Site, Watched};
 pub use condition::Condition;
