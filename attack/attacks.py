@@ -559,25 +559,31 @@ def _quadform_scores(g, table, chunk=8192):
     return out
 
 
-def gram_quadform_attack(pub, site, shield_rows, energy, limit=None, table_fn=None, ids=None, allowed=None,
-                         keep=None, baseline=None):
-    """Quadratic form x̂ᵀ(UᵀU − E[SᵀS] − n·E[hhᵀ])x̂ against every candidate row x̂ (the last
-    term from the attacker's own plaintext runs, `baseline`); the block's n (inferred from
-    its height) best distinct tokens are the guess (bag of tokens). The
-    signal of a true token is ‖h‖², the shield's noise has standard deviation λ·√(2k)/…
-    (docs/SECURITY.md): SNR = d/(energy²·√(2k)) per operand at layer 0."""
-    tally = Tally(pub)
-    for i in site.sample(limit, seed=21):
+def _excess_grams(pub, site, shield_rows, energy, limit, seed, keep, baseline):
+    """Per sampled block (prompts passing `keep`): its true tokens, first position, row count
+    n and the Gram the prompt adds, UᵀU − E[SᵀS] − n·E[hhᵀ] (the last term from the
+    attacker's own plaintext runs, `baseline`, when given)."""
+    for i in site.sample(limit, seed=seed):
         p, u, _, toks, p0 = site.block(i)
         if keep is not None and not keep(p):
             continue
         n = len(toks)
-        table_fn = table_fn or (lambda q0, m: layer0_table(pub, q0, m))
         g = u.T @ u - shield_lambda(u, n, shield_rows, energy) * np.eye(u.shape[1])
         if baseline is not None:
             g -= n * baseline
-        table = table_fn(p0, n)
-        q = _quadform_scores(g, table)
+        yield toks, p0, n, g
+
+
+def gram_quadform_attack(pub, site, shield_rows, energy, limit=None, table_fn=None, ids=None, allowed=None,
+                         keep=None, baseline=None):
+    """Quadratic form x̂ᵀ(UᵀU − E[SᵀS] − n·E[hhᵀ])x̂ against every candidate row x̂; the
+    block's n (inferred from its height) best distinct tokens are the guess (bag of tokens).
+    A true token adds ‖h‖²; the shield's noise gives SNR = d/(energy²·√(2k)) per operand at
+    layer 0 (docs/SECURITY.md, §3)."""
+    table_fn = table_fn or (lambda q0, m: layer0_table(pub, q0, m))
+    tally = Tally(pub)
+    for toks, p0, n, g in _excess_grams(pub, site, shield_rows, energy, limit, 21, keep, baseline):
+        q = _quadform_scores(g, table_fn(p0, n))
         top = np.argsort(-q)[:4 * n + 8]
         guesses = top if ids is None else ids[top]
         tally.add(toks, guesses, q[top], allowed=allowed, positional=False)
@@ -586,18 +592,11 @@ def gram_quadform_attack(pub, site, shield_rows, energy, limit=None, table_fn=No
 
 def gram_eigvec_attack(pub, site, shield_rows, energy, limit=None, table_fn=None, ids=None, allowed=None,
                        keep=None, baseline=None):
-    """Top-n eigenvectors of UᵀU − E[SᵀS], each matched (|cosine|) to its nearest candidate
-    row; the eigenvectors are guessed tokens ranked by that cosine (bag of tokens)."""
+    """Top-n eigenvectors of the same excess Gram, each matched (|cosine|) to its nearest
+    candidate row; the eigenvectors are guessed tokens ranked by that cosine (bag of tokens)."""
+    table_fn = table_fn or (lambda q0, m: layer0_table(pub, q0, m))
     tally = Tally(pub)
-    for i in site.sample(limit, seed=22):
-        p, u, _, toks, p0 = site.block(i)
-        if keep is not None and not keep(p):
-            continue
-        n = len(toks)
-        table_fn = table_fn or (lambda q0, m: layer0_table(pub, q0, m))
-        g = u.T @ u - shield_lambda(u, n, shield_rows, energy) * np.eye(u.shape[1])
-        if baseline is not None:
-            g -= n * baseline
+    for toks, p0, n, g in _excess_grams(pub, site, shield_rows, energy, limit, 22, keep, baseline):
         vals, vecs = np.linalg.eigh(g)
         top = vecs[:, np.argsort(-vals)[:n]].T.astype(np.float32)
         sims = np.abs(top @ table_fn(p0, n).T)
