@@ -71,8 +71,17 @@ struct Backend {
 
 impl Backend {
     async fn start(id: f32, role: &str, at: Option<SocketAddr>, calls: Arc<AtomicUsize>) -> Backend {
+        Self::start_running(id, role, at, calls, Some("sealed")).await
+    }
+
+    /// A backend whose attested scheme names `executor` as its protection (`None`: none).
+    async fn start_running(id: f32, role: &str, at: Option<SocketAddr>, calls: Arc<AtomicUsize>, executor: Option<&str>) -> Backend {
         let issuer = Arc::new(MockIssuer::load_or_create(pki_dir()).unwrap());
-        let claims = ServiceClaims { model_identity: MODEL, scheme_json: serde_json::json!({ "role": role, "protocol": { "executor": "sealed" } }).to_string(), role: role.into() };
+        let scheme = match executor {
+            Some(x) => serde_json::json!({ "role": role, "protocol": { "executor": x } }),
+            None => serde_json::json!({ "role": role }),
+        };
+        let claims = ServiceClaims { model_identity: MODEL, scheme_json: scheme.to_string(), role: role.into() };
         let identity = Arc::new(ServerIdentity::generate(issuer, claims).unwrap());
         let spki = hex::encode(identity.tls_spki_sha256());
         let mut listener = None;
@@ -227,6 +236,42 @@ async fn another_role_or_an_unpinned_key_is_never_called() {
     assert!(reasons.iter().any(|r| r.starts_with("role_not_allowed")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.starts_with("tls_key_not_pinned")), "{reasons:?}");
     assert_eq!(good.calls.load(Ordering::SeqCst), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_running_a_weaker_protection_than_the_policy_names_are_never_called() {
+    let sealed = Backend::start(1.0, "embedder", None, Arc::default()).await;
+    let masked = Backend::start_running(2.0, "embedder", None, Arc::default(), Some("masked")).await;
+    let plaintext = Backend::start_running(3.0, "embedder", None, Arc::default(), Some("plaintext")).await;
+    let unnamed = Backend::start_running(4.0, "embedder", None, Arc::default(), None).await;
+    let specs = [sealed.spec(), masked.spec(), plaintext.spec(), unnamed.spec()];
+    let pool = Pool::new(policy(), None, fast());
+    pool.set_backends(&specs);
+    verified(&pool, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the others fail at least once
+    for _ in 0..8 {
+        assert_eq!(embed(&pool).await.unwrap(), 1.0, "only the sealed backend answers");
+    }
+    for (b, what) in [(&masked, "masked"), (&plaintext, "plaintext"), (&unnamed, "none")] {
+        assert_eq!(b.calls.load(Ordering::SeqCst), 0, "the {what} backend was called");
+        let st = pool.status().into_iter().find(|s| s.endpoint == b.addr.to_string()).expect("listed");
+        assert!(!st.verified);
+        assert!(
+            st.reason.starts_with("protection_not_allowed") && st.reason.contains(&format!("\"{what}\"")),
+            "{what}: {}",
+            st.reason
+        );
+    }
+    // A policy that names masked routes to it too, and still never to plaintext.
+    let pool = Pool::new(policy().allow_protection("masked"), None, fast());
+    pool.set_backends(&specs);
+    verified(&pool, 2).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..16 {
+        seen.insert(embed(&pool).await.unwrap() as i32);
+    }
+    assert_eq!(seen, [1, 2].into(), "sealed and masked share the load");
+    assert_eq!(plaintext.calls.load(Ordering::SeqCst) + unnamed.calls.load(Ordering::SeqCst), 0);
 }
 
 #[cfg(feature = "kubernetes")]
