@@ -122,10 +122,11 @@ pub struct VcekExtensions {
 
 impl VcekExtensions {
     /// Whether this VCEK belongs to the chip a report names. A short (Turin) hwID matches a
-    /// CHIP_ID that starts with it and is zero after.
+    /// CHIP_ID that starts with it and is zero after. A VCEK without hwID names no chip, so
+    /// it matches none: whether to accept one anyway is the policy's `require_vcek_hwid`.
     pub fn matches_chip(&self, chip_id: &[u8; 64]) -> bool {
         match &self.hw_id {
-            None => true,
+            None => false,
             Some(id) => chip_id.starts_with(id) && chip_id[id.len()..].iter().all(|&b| b == 0),
         }
     }

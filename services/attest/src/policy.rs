@@ -134,6 +134,11 @@ pub struct Policy {
     /// Check the certificates' notBefore/notAfter against the clock.
     #[serde(default = "yes")]
     pub check_certificate_validity: bool,
+    /// Refuse a VCEK without AMD's hwID extension (`vcek_hwid_missing`): without it nothing
+    /// ties the VCEK to the report's CHIP_ID, so it would vouch for any chip. Turn off only
+    /// for keys that carry no hwID by design (a VLEK).
+    #[serde(default = "yes")]
+    pub require_vcek_hwid: bool,
     #[serde(skip)]
     resolved: OnceLock<std::result::Result<Arc<Vec<RootCert>>, String>>,
 }
@@ -155,6 +160,7 @@ impl Default for Policy {
             roles: None,
             protections: default_protections(),
             check_certificate_validity: true,
+            require_vcek_hwid: true,
             resolved: OnceLock::new(),
         }
     }
@@ -301,6 +307,7 @@ mod tests {
         assert!(!p.allow_debug && !p.allow_migration_agent);
         assert_eq!(p.allowed_vmpls, vec![0]);
         assert!(p.check_certificate_validity);
+        assert!(p.require_vcek_hwid);
         let names: Vec<_> = p.roots().unwrap().iter().map(|r| r.name.clone()).collect();
         assert_eq!(names, ["amd-milan", "amd-genoa", "amd-turin"]);
     }

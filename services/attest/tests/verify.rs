@@ -288,6 +288,26 @@ fn chain_substitutions_are_rejected() {
 }
 
 #[test]
+fn a_vcek_without_hwid_is_refused_unless_the_policy_opts_out() {
+    let no_hwid = issuer().with_vcek_without_hwid().unwrap();
+    let vcek = x509_parse(&no_hwid.chain().vcek_der);
+    assert_eq!(attest::amd::vcek_extensions(&vcek).unwrap().hw_id, None, "the mock VCEK lacks hwID");
+    let e = evidence_from(&no_hwid);
+    // By default: refused, since such a VCEK would vouch for a report from any chip.
+    let err = reject(&e);
+    assert_eq!(err, VerifyError::VcekHwidMissing);
+    assert_eq!(err.reason(), "vcek_hwid_missing");
+    // With the option off (in code or in a policy file): accepted.
+    let mut lax = policy();
+    lax.require_vcek_hwid = false;
+    let v = Verifier::new().verify(&e, &expected(), &lax).expect("accepted with require_vcek_hwid off");
+    assert_eq!(v.chip_id(), &pki().chip_id());
+    assert!(!Policy::from_yaml("require_vcek_hwid: false").unwrap().require_vcek_hwid);
+    // The option does not relax a VCEK that has a hwID.
+    assert!(Verifier::new().verify(&evidence(), &expected(), &lax).is_ok());
+}
+
+#[test]
 fn certificate_validity_is_checked() {
     let e = evidence();
     let later = Verifier::at(SystemTime::now() + Duration::from_secs(30 * 365 * 86_400));

@@ -137,12 +137,12 @@ impl MockPki {
         OsRng.fill_bytes(&mut chip_id);
         // A v2 report decoder calls an all-zero or mostly-zero CHIP_ID masked or Turin-like.
         chip_id[63] |= 1;
-        let vcek = Arc::new(mint_vcek(&ask_key, &ask_der, DEFAULT_TCB, chip_id)?);
+        let vcek = Arc::new(mint_vcek(&ask_key, &ask_der, DEFAULT_TCB, chip_id, HwId::Present)?);
         Ok(Self { ark_der, ask_der, ask_key, vcek })
     }
 
-    fn mint_vcek(&self, tcb: Tcb, chip_id: [u8; 64]) -> Result<MockVcek> {
-        mint_vcek(&self.ask_key, &self.ask_der, tcb, chip_id)
+    fn mint_vcek(&self, tcb: Tcb, chip_id: [u8; 64], hw_id: HwId) -> Result<MockVcek> {
+        mint_vcek(&self.ask_key, &self.ask_der, tcb, chip_id, hw_id)
     }
 
     pub fn ark_der(&self) -> &[u8] {
@@ -335,7 +335,14 @@ impl MockIssuer {
 
     /// Reports at another TCB, with a VCEK minted for it (one RSA signature by the ASK).
     pub fn with_tcb(mut self, tcb: Tcb) -> Result<Self> {
-        self.vcek = Arc::new(self.pki.mint_vcek(tcb, self.vcek.chip_id)?);
+        self.vcek = Arc::new(self.pki.mint_vcek(tcb, self.vcek.chip_id, HwId::Present)?);
+        Ok(self)
+    }
+
+    /// Reports signed by a VCEK minted without AMD's hwID extension (as a VLEK is), so
+    /// nothing in the chain names the chip: for testing a verifier's `require_vcek_hwid`.
+    pub fn with_vcek_without_hwid(mut self) -> Result<Self> {
+        self.vcek = Arc::new(self.pki.mint_vcek(self.vcek.tcb, self.vcek.chip_id, HwId::Omitted)?);
         Ok(self)
     }
 
@@ -415,8 +422,15 @@ impl ReportIssuer for MockIssuer {
     }
 }
 
+/// Whether a minted VCEK carries the hwID extension (AMD's always do).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HwId {
+    Present,
+    Omitted,
+}
+
 /// A VCEK for `tcb` on chip `chip_id`, signed by the ASK like AMD's KDS would.
-fn mint_vcek(ask_key: &RsaPrivateKey, ask_der: &[u8], tcb: Tcb, chip_id: [u8; 64]) -> Result<MockVcek> {
+fn mint_vcek(ask_key: &RsaPrivateKey, ask_der: &[u8], tcb: Tcb, chip_id: [u8; 64], hw_id_ext: HwId) -> Result<MockVcek> {
     let key = p384::ecdsa::SigningKey::random(&mut OsRng);
     let spki = SubjectPublicKeyInfoOwned::from_key(*key.verifying_key()).map_err(|e| AttestError::crypto("VCEK key", e))?;
     let ask = Certificate::from_der(ask_der).map_err(|e| AttestError::crypto("ASK", e))?;
@@ -432,7 +446,7 @@ fn mint_vcek(ask_key: &RsaPrivateKey, ask_der: &[u8], tcb: Tcb, chip_id: [u8; 64
     let product = Ia5StringRef::new("Genoa").and_then(|s| s.to_der());
     let hw_id = OctetStringRef::new(&chip_id).and_then(|s| s.to_der());
     // Same extensions, same order and same encodings as a VCEK from AMD's KDS.
-    let extensions = vec![
+    let mut extensions = vec![
         ext_der(oid::STRUCT_VERSION, int(0))?,
         ext_der(oid::PRODUCT_NAME, product)?,
         ext_der(oid::BOOTLOADER_SPL, int(tcb.bootloader))?,
@@ -443,8 +457,10 @@ fn mint_vcek(ask_key: &RsaPrivateKey, ask_der: &[u8], tcb: Tcb, chip_id: [u8; 64
         ext_der(oid::SPL_7, int(0))?,
         ext_der(oid::SNP_SPL, int(tcb.snp))?,
         ext_der(oid::UCODE_SPL, int(tcb.microcode))?,
-        ext_der(oid::HW_ID, hw_id)?,
     ];
+    if hw_id_ext == HwId::Present {
+        extensions.push(ext_der(oid::HW_ID, hw_id)?);
+    }
     let der = sign_cert(
         ask_key,
         ask.tbs_certificate.subject.clone(),

@@ -62,6 +62,8 @@ pub enum VerifyError {
     VcekTcbMismatch { vcek: String, report: String },
     #[error("the VCEK was issued for another chip than the report's CHIP_ID")]
     VcekChipIdMismatch,
+    #[error("the VCEK has no hwID extension, so nothing ties it to the report's chip")]
+    VcekHwidMissing,
 
     // --- the claims and the binding ---
     #[error("evidence claims issuer {claimed} but its chain ends at a {proven} root")]
@@ -130,6 +132,7 @@ impl VerifyError {
             ReportSignatureInvalid => "report_signature_invalid",
             VcekTcbMismatch { .. } => "vcek_tcb_mismatch",
             VcekChipIdMismatch => "vcek_chip_id_mismatch",
+            VcekHwidMissing => "vcek_hwid_missing",
             IssuerKindMismatch { .. } => "issuer_kind_mismatch",
             SchemeJsonMismatch => "scheme_json_mismatch",
             RoleMismatch { .. } => "role_mismatch",
@@ -177,6 +180,7 @@ pub const REASONS: &[&str] = &[
     "report_signature_invalid",
     "vcek_tcb_mismatch",
     "vcek_chip_id_mismatch",
+    "vcek_hwid_missing",
     "issuer_kind_mismatch",
     "scheme_json_mismatch",
     "role_mismatch",

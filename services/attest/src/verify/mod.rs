@@ -2,8 +2,8 @@
 //! only the trusted root differs, and a mock root counts only when the policy names it.
 //!
 //! Order of checks: the chain (ARK trusted and self-signed, ASK by ARK, VCEK by ASK,
-//! validity), the report signature over the raw signed bytes, the VCEK's TCB and hwID
-//! against the report, the report-level policy (version, debug, migration agent, VMPL,
+//! validity, revocation when the policy lists CRLs), the report signature over the raw
+//! signed bytes, the VCEK's TCB and hwID (required by default) against the report, the report-level policy (version, debug, migration agent, VMPL,
 //! TCB, measurement, chip ID); then GELO's claims: issuer kind, scheme JSON and role, the
 //! expected binding, REPORT_DATA, and the claim-level policy (model, scheme, role
 //! allowlists, and the protection a model service runs). The first failure is returned.
@@ -316,7 +316,7 @@ impl Verifier {
         let ext = amd::vcek_extensions(&vcek)
             .map_err(|detail| VerifyError::CertificateMalformed { which: CertRole::Vcek, detail })?;
         let reported_tcb = parsed.reported_tcb();
-        check_vcek_binding(&ext, reported_tcb, &fields.chip_id)?;
+        check_vcek_binding(&ext, reported_tcb, &fields.chip_id, policy.require_vcek_hwid)?;
 
         // Report-level policy.
         if fields.version < policy.min_report_version {
@@ -430,7 +430,12 @@ fn check_validity(cert: &x509_cert::Certificate, which: CertRole, now: SystemTim
     Ok(())
 }
 
-fn check_vcek_binding(ext: &VcekExtensions, report_tcb: Tcb, chip_id: &[u8; 64]) -> Result<(), VerifyError> {
+fn check_vcek_binding(
+    ext: &VcekExtensions,
+    report_tcb: Tcb,
+    chip_id: &[u8; 64],
+    require_hwid: bool,
+) -> Result<(), VerifyError> {
     let (Some(bootloader), Some(tee), Some(snp), Some(microcode)) = (ext.bootloader, ext.tee, ext.snp, ext.microcode)
     else {
         return Err(VerifyError::CertificateMalformed {
@@ -442,10 +447,13 @@ fn check_vcek_binding(ext: &VcekExtensions, report_tcb: Tcb, chip_id: &[u8; 64])
     if vcek_tcb != report_tcb {
         return Err(VerifyError::tcb_mismatch(vcek_tcb, report_tcb));
     }
-    if !ext.matches_chip(chip_id) {
-        return Err(VerifyError::VcekChipIdMismatch);
+    match ext.hw_id {
+        None if require_hwid => Err(VerifyError::VcekHwidMissing),
+        // The policy opted out: only the chain vouches for this key, not for a chip.
+        None => Ok(()),
+        Some(_) if !ext.matches_chip(chip_id) => Err(VerifyError::VcekChipIdMismatch),
+        Some(_) => Ok(()),
     }
-    Ok(())
 }
 
 fn check_scheme(evidence: &Evidence) -> Result<(), VerifyError> {
@@ -495,19 +503,30 @@ mod tests {
 
     #[test]
     fn vcek_must_match_the_reported_tcb_and_chip() {
-        assert_eq!(check_vcek_binding(&ext(TCB, Some(vec![7; 64])), TCB, &[7; 64]), Ok(()));
+        let check = |ext: &VcekExtensions, tcb, chip: &[u8; 64]| check_vcek_binding(ext, tcb, chip, true);
+        assert_eq!(check(&ext(TCB, Some(vec![7; 64])), TCB, &[7; 64]), Ok(()));
         let lower = Tcb { snp: 7, ..TCB };
-        assert!(matches!(check_vcek_binding(&ext(TCB, None), lower, &[7; 64]), Err(VerifyError::VcekTcbMismatch { .. })));
-        assert_eq!(check_vcek_binding(&ext(TCB, Some(vec![7; 64])), TCB, &[8; 64]), Err(VerifyError::VcekChipIdMismatch));
+        assert!(matches!(check(&ext(TCB, None), lower, &[7; 64]), Err(VerifyError::VcekTcbMismatch { .. })));
+        assert_eq!(check(&ext(TCB, Some(vec![7; 64])), TCB, &[8; 64]), Err(VerifyError::VcekChipIdMismatch));
         // Turin: 8-byte hwID, zero-padded CHIP_ID.
         let mut turin_chip = [0u8; 64];
         turin_chip[..8].copy_from_slice(&[9; 8]);
-        assert_eq!(check_vcek_binding(&ext(TCB, Some(vec![9; 8])), TCB, &turin_chip), Ok(()));
+        assert_eq!(check(&ext(TCB, Some(vec![9; 8])), TCB, &turin_chip), Ok(()));
         turin_chip[8] = 1;
-        assert_eq!(check_vcek_binding(&ext(TCB, Some(vec![9; 8])), TCB, &turin_chip), Err(VerifyError::VcekChipIdMismatch));
+        assert_eq!(check(&ext(TCB, Some(vec![9; 8])), TCB, &turin_chip), Err(VerifyError::VcekChipIdMismatch));
         let mut missing = ext(TCB, None);
         missing.microcode = None;
-        assert!(matches!(check_vcek_binding(&missing, TCB, &[7; 64]), Err(VerifyError::CertificateMalformed { .. })));
+        assert!(matches!(check(&missing, TCB, &[7; 64]), Err(VerifyError::CertificateMalformed { .. })));
+    }
+
+    #[test]
+    fn a_vcek_without_hwid_is_refused_unless_the_policy_opts_out() {
+        let no_hwid = ext(TCB, None);
+        assert!(!no_hwid.matches_chip(&[7; 64]), "a VCEK without hwID names no chip");
+        assert_eq!(check_vcek_binding(&no_hwid, TCB, &[7; 64], true), Err(VerifyError::VcekHwidMissing));
+        assert_eq!(check_vcek_binding(&no_hwid, TCB, &[7; 64], false), Ok(()));
+        // Opting out does not relax a hwID that is present.
+        assert_eq!(check_vcek_binding(&ext(TCB, Some(vec![7; 64])), TCB, &[8; 64], false), Err(VerifyError::VcekChipIdMismatch));
     }
 
     #[test]
