@@ -159,7 +159,7 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
     // 2. gRPC over RA-TLS with the policy `gelo up` wrote: passages first, then the answer,
     //    usage, citations, timings; the answer cites only retrieved passages.
     let policy = Arc::new(Policy::from_file(&up.ready["policy"]).unwrap());
-    let expected = ExpectedPeer { model_identity: Some(crate::support::identity(&minilm())), scheme_identity: None };
+    let expected = ExpectedPeer { model_identity: Some(crate::support::identity(&minilm())), ..Default::default() };
     let ch = attest::ratls::connect(&up.ready["grpc"], policy, expected, None).await.expect("RA-TLS to the gateway");
     ch.challenge().await.unwrap();
     let mut client = RagClient::new(ch.channel());

@@ -149,7 +149,7 @@ impl PodAttestor for RaTlsAttestor {
         policy: &'a Arc<Policy>,
     ) -> BoxFuture<'a, Result<VerifiedEndpoint, Rejection>> {
         Box::pin(async move {
-            let peer = ExpectedPeer { model_identity: Some(expected.model_identity), scheme_identity: None };
+            let peer = ExpectedPeer { model_identity: Some(expected.model_identity), ..Default::default() };
             let target = endpoint.addr().to_string();
             let round = async {
                 let channel = attest::ratls::connect(&target, policy.clone(), peer, None).await?;

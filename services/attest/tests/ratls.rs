@@ -32,7 +32,11 @@ fn identity(role: &str) -> Arc<ServerIdentity> {
 }
 
 fn expected_peer() -> ExpectedPeer {
-    ExpectedPeer { model_identity: Some(MODEL), scheme_identity: Some(attest::scheme_identity(SCHEME).unwrap()) }
+    ExpectedPeer {
+        model_identity: Some(MODEL),
+        scheme_identity: Some(attest::scheme_identity(SCHEME).unwrap()),
+        tls_spki_sha256: None,
+    }
 }
 
 /// `Attestation` that counts requests and records the attested client, if any.
@@ -245,4 +249,176 @@ async fn mutual_mode_requires_an_attested_client() {
     let channel = ratls::connect(&target, Arc::new(policy()), expected_peer(), Some(gateway)).await.expect("gateway connects");
     channel.challenge().await.expect("served");
     assert_eq!(served.seen_role.lock().unwrap().as_deref(), Some("gateway"));
+}
+
+/// What a restarted server answers to `GetEvidence`.
+#[derive(Clone)]
+enum Answer {
+    /// Fresh evidence for its own key, bound to the nonce asked.
+    Honest(AttestationService),
+    /// The same evidence whatever the nonce (a replay of what it once issued).
+    Stale(attest::Evidence),
+}
+
+/// `Attestation` that records every nonce it is asked to answer.
+#[derive(Clone)]
+struct Recording {
+    answer: Answer,
+    nonces: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+#[tonic::async_trait]
+impl Attestation for Recording {
+    async fn get_evidence(&self, request: Request<GetEvidenceRequest>) -> Result<Response<GetEvidenceResponse>, Status> {
+        self.nonces.lock().unwrap().push(request.get_ref().nonce.clone());
+        match &self.answer {
+            Answer::Honest(inner) => inner.get_evidence(request).await,
+            Answer::Stale(evidence) => Ok(Response::new(GetEvidenceResponse { evidence: Some(evidence.clone().into()) })),
+        }
+    }
+}
+
+/// A server at a fixed address that can be stopped (closing its connections) and replaced.
+struct Restartable {
+    nonces: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Restartable {
+    async fn start(addr: SocketAddr, id: &Arc<ServerIdentity>, answer: Answer) -> Self {
+        // The previous server's listener closes a moment after it stops.
+        let mut tries = 0;
+        let listener = loop {
+            match TcpListener::bind(addr).await {
+                Ok(l) => break l,
+                Err(_) if tries < 50 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("rebind {addr}: {e}"),
+            }
+        };
+        let nonces = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let svc = Recording { answer, nonces: nonces.clone() };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let incoming = ratls::serve_incoming(listener, id.server_config().unwrap());
+        let server = tonic::transport::Server::builder()
+            .add_service(AttestationServer::new(svc))
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            });
+        let done = tokio::spawn(async move {
+            server.await.unwrap();
+        });
+        Restartable { nonces, stop, done }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.done.await.unwrap();
+        // Let the client's connection task see the connection close.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    fn saw(&self, nonce: &[u8]) -> bool {
+        self.nonces.lock().unwrap().iter().any(|n| n == nonce)
+    }
+
+    fn calls(&self) -> usize {
+        self.nonces.lock().unwrap().len()
+    }
+}
+
+/// An application request over the channel: `GetEvidence` with a nonce the test recognises.
+async fn request(channel: &ratls::AttestedChannel, nonce: &[u8]) -> Result<(), tonic::Status> {
+    api::v1::attestation_client::AttestationClient::new(channel.channel())
+        .get_evidence(GetEvidenceRequest { nonce: nonce.to_vec() })
+        .await
+        .map(|_| ())
+}
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+#[tokio::test]
+async fn a_peer_restarted_with_a_new_key_gets_no_request_until_reattested() {
+    let addr = free_addr();
+    let first = identity("embedder");
+    let server = Restartable::start(addr, &first, Answer::Honest(AttestationService::new(first.clone()))).await;
+    let channel = ratls::connect(&addr.to_string(), Arc::new(policy()), expected_peer(), None).await.expect("connects");
+    channel.challenge().await.expect("fresh");
+    request(&channel, &[0x11; 48]).await.expect("served");
+    assert!(server.saw(&[0x11; 48]));
+    server.stop().await;
+
+    // Restarted: a new key, a valid startup certificate, and stale evidence on demand.
+    let second = identity("embedder");
+    let server = Restartable::start(addr, &second, Answer::Stale(first.evidence().clone())).await;
+    for _ in 0..3 {
+        assert!(request(&channel, &[0x22; 48]).await.is_err(), "the old channel must not reach a new key");
+    }
+    assert_eq!(server.calls(), 0, "no request, not even a challenge, crossed to the new key");
+    match channel.latest_verdict() {
+        Some(Err(VerifyError::TlsKeyNotPinned { pinned, .. })) => {
+            assert_eq!(pinned, hex::encode(first.tls_spki_sha256()))
+        }
+        other => panic!("expected tls_key_not_pinned, got {:?}", other.map(|r| r.map(|v| v.summary()))),
+    }
+    // Attesting it afresh: the certificate passes, the challenge does not (stale evidence).
+    let fresh = ratls::connect(&addr.to_string(), Arc::new(policy()), expected_peer(), None).await.expect("handshake");
+    assert!(fresh.challenge().await.is_err(), "stale evidence must not re-attest");
+    assert!(!server.saw(&[0x22; 48]));
+    server.stop().await;
+
+    // An honest restart is re-attested by a new connection, and only then served.
+    let third = identity("embedder");
+    let server = Restartable::start(addr, &third, Answer::Honest(AttestationService::new(third.clone()))).await;
+    assert!(request(&channel, &[0x33; 48]).await.is_err(), "still not the pinned key");
+    let fresh = ratls::connect(&addr.to_string(), Arc::new(policy()), expected_peer(), None).await.expect("handshake");
+    fresh.challenge().await.expect("re-attested");
+    request(&fresh, &[0x33; 48]).await.expect("served after re-attestation");
+    assert_eq!(server.calls(), 2, "the challenge, then the request");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_reconnect_is_challenged_before_any_request_crosses() {
+    let addr = free_addr();
+    let id = identity("embedder");
+    let server = Restartable::start(addr, &id, Answer::Honest(AttestationService::new(id.clone()))).await;
+    let channel = ratls::connect(&addr.to_string(), Arc::new(policy()), expected_peer(), None).await.expect("connects");
+    request(&channel, &[0x11; 48]).await.expect("served");
+    server.stop().await;
+
+    // Same key (its certificate replayed), but no fresh evidence: the reconnect's challenge
+    // fails and the request never crosses.
+    let server = Restartable::start(addr, &id, Answer::Stale(id.evidence().clone())).await;
+    assert!(request(&channel, &[0x44; 48]).await.is_err());
+    assert!(!server.saw(&[0x44; 48]), "the request crossed an unchallenged reconnect");
+    assert_eq!(server.calls(), 1, "exactly the reconnect's challenge");
+    match channel.latest_verdict() {
+        Some(Err(VerifyError::NonceMismatch)) => {}
+        other => panic!("expected nonce_mismatch, got {:?}", other.map(|r| r.map(|v| v.summary()))),
+    }
+    server.stop().await;
+
+    // The same key answering fresh: the reconnect passes its challenge, then the request crosses.
+    let server = Restartable::start(addr, &id, Answer::Honest(AttestationService::new(id.clone()))).await;
+    let mut served = false;
+    for _ in 0..3 {
+        if request(&channel, &[0x55; 48]).await.is_ok() {
+            served = true;
+            break;
+        }
+    }
+    assert!(served, "a reconnect to the same, fresh peer is served");
+    let nonces = server.nonces.lock().unwrap().clone();
+    assert_eq!(nonces.len(), 2, "challenge, then request: {nonces:?}");
+    assert_ne!(nonces[0], vec![0x55; 48], "the challenge came first");
+    assert_eq!(nonces[1], vec![0x55; 48]);
+    assert_eq!(channel.current_peer().map(|v| v.nonce().to_vec()), Some(nonces[0].clone()), "the verdict is the challenge's");
+    drop(nonces);
+    server.stop().await;
 }

@@ -62,7 +62,6 @@ struct Backend {
     addr: SocketAddr,
     peak: Arc<AtomicUsize>,
     /// Hex SHA-256 of its TLS key, as the operator's routing table names it.
-    #[allow(dead_code)]
     spki: String,
     calls: Arc<AtomicUsize>,
     stop: Option<oneshot::Sender<()>>,
@@ -214,6 +213,41 @@ async fn calls_beyond_the_in_flight_limit_wait_in_the_gateway_and_go_to_the_leas
     assert_eq!(b.peak.load(Ordering::SeqCst), 1);
     assert_eq!(a.calls.load(Ordering::SeqCst) + b.calls.load(Ordering::SeqCst), 8);
     assert!(a.calls.load(Ordering::SeqCst) >= 3 && b.calls.load(Ordering::SeqCst) >= 3, "both replicas share the load");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_restarted_with_a_new_key_gets_no_request_until_the_routes_name_its_key() {
+    let mut a = Backend::start(1.0, "embedder", None, Arc::default()).await;
+    let pool = Pool::new(policy(), None, fast());
+    let mut spec = a.spec();
+    spec.tls_spki_sha256 = Some(key_of(&a));
+    pool.set_backends(&[spec.clone()]);
+    verified(&pool, 1).await;
+    assert_eq!(embed(&pool).await.unwrap(), 1.0);
+
+    // Restarted on the same address with a new key (its certificate's evidence is genuine):
+    // neither the open channel's reconnect nor the verifier's new connection may use it.
+    a.stop().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let a2 = Backend::start(2.0, "embedder", Some(a.addr), calls.clone()).await;
+    for _ in 0..6 {
+        assert!(embed(&pool).await.is_err(), "a request reached an unpinned key");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    let reason = pool.status()[0].reason.clone();
+    assert!(reason.starts_with("tls_key_not_pinned"), "{reason}");
+
+    // Once the routes name the new key (the operator attested it), it is verified and used.
+    spec.tls_spki_sha256 = Some(key_of(&a2));
+    pool.set_backends(&[spec]);
+    verified(&pool, 1).await;
+    assert_eq!(embed(&pool).await.unwrap(), 2.0);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+fn key_of(b: &Backend) -> [u8; 32] {
+    hex::decode(&b.spki).unwrap().try_into().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

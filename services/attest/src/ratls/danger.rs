@@ -21,6 +21,9 @@ use crate::verify::{ExpectedBinding, Verified, Verifier, VerifyError};
 pub struct ExpectedPeer {
     pub model_identity: Option<[u8; 32]>,
     pub scheme_identity: Option<[u8; 32]>,
+    /// SHA-256 of the TLS key's SPKI the peer must present (a routing table's pin). The
+    /// connector also pins the key of its first verified connection for every reconnect.
+    pub tls_spki_sha256: Option<[u8; 32]>,
 }
 
 /// Verifies the evidence in a peer's RA-TLS certificate: bound to the certificate's own key
@@ -39,7 +42,13 @@ pub fn verify_certificate(
         tls_spki_sha256: Some(tls_spki_sha256),
         nonce: STARTUP_NONCE.to_vec(),
     };
-    verifier.verify(&evidence, &binding, policy)
+    let verified = verifier.verify(&evidence, &binding, policy)?;
+    match expected.tls_spki_sha256 {
+        Some(pin) if pin != tls_spki_sha256 => {
+            Err(VerifyError::TlsKeyNotPinned { got: hex::encode(tls_spki_sha256), pinned: hex::encode(pin) })
+        }
+        _ => Ok(verified),
+    }
 }
 
 fn rejected(e: VerifyError) -> rustls::Error {

@@ -69,25 +69,46 @@ pub fn serve_incoming(
 type Outcome = Arc<Mutex<Option<std::result::Result<Verified, VerifyError>>>>;
 
 /// A tower connector (`Service<Uri>`) doing TCP + RA-TLS, for tonic's
-/// `Endpoint::connect_with_connector`. Every connection, reconnects included, is verified
-/// against the policy; the latest verdict is kept for [`AttestedChannel`].
+/// `Endpoint::connect_with_connector`. Every connection is verified against the policy and
+/// `expected`. The first verified connection pins the peer's TLS key; a reconnect (tonic
+/// opens one whenever the connection drops) must present that key and then answer a
+/// fresh-nonce challenge, on a second connection to the same key, before the connection is
+/// handed to tonic: a restarted peer (new key) or a replayed certificate (stale evidence)
+/// receives no request. The latest verdict is kept for [`AttestedChannel`].
 #[derive(Clone)]
 pub struct RaTlsConnector {
     policy: Arc<Policy>,
     expected: ExpectedPeer,
     identity: Option<Arc<ServerIdentity>>,
     latest: Outcome,
+    /// The TLS key of the first verified connection.
+    session: Arc<Mutex<Option<[u8; 32]>>>,
+    /// Off only for the probe connection that carries a reconnect's challenge.
+    challenge_reconnects: bool,
 }
 
 impl RaTlsConnector {
     /// `identity`: present it as a client certificate (mutual RA-TLS), e.g. from a gateway.
     pub fn new(policy: Arc<Policy>, expected: ExpectedPeer, identity: Option<Arc<ServerIdentity>>) -> Self {
-        Self { policy, expected, identity, latest: Arc::new(Mutex::new(None)) }
+        Self {
+            policy,
+            expected,
+            identity,
+            latest: Arc::new(Mutex::new(None)),
+            session: Arc::new(Mutex::new(None)),
+            challenge_reconnects: true,
+        }
     }
 
-    /// The verdict of the most recent handshake.
+    /// The verdict of the most recent handshake (for a reconnect: of its challenge).
     pub fn latest(&self) -> Option<std::result::Result<Verified, VerifyError>> {
         self.latest.lock().ok()?.clone()
+    }
+
+    fn record(&self, outcome: std::result::Result<Verified, VerifyError>) {
+        if let Ok(mut latest) = self.latest.lock() {
+            *latest = Some(outcome);
+        }
     }
 
     async fn connect(self, uri: http::Uri) -> Result<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>> {
@@ -99,8 +120,11 @@ impl RaTlsConnector {
             .map_err(|e| AttestError::Transport(format!("connect {host}:{port}: {e}")))?;
         let _ = tcp.set_nodelay(true);
 
+        let session = self.session.lock().map_err(|_| AttestError::Transport("connector state poisoned".into()))?.to_owned();
+        let mut expected = self.expected.clone();
+        expected.tls_spki_sha256 = expected.tls_spki_sha256.or(session);
         // One verifier per connection, so its outcome is this handshake's.
-        let verifier = Arc::new(AttestedServerVerifier::new(self.policy.clone(), self.expected.clone()));
+        let verifier = Arc::new(AttestedServerVerifier::new(self.policy.clone(), expected));
         let config = match &self.identity {
             Some(identity) => identity.client_config(verifier.clone())?,
             None => super::client_builder(verifier.clone())?.with_no_client_auth(),
@@ -108,16 +132,57 @@ impl RaTlsConnector {
         let connector = TlsConnector::from(super::finish_client(config));
         let name = ServerName::try_from(host.clone()).map_err(|e| AttestError::Transport(format!("{host}: {e}")))?;
         let handshake = connector.connect(name, tcp).await;
-        let outcome = verifier.outcome();
-        if let Ok(mut latest) = self.latest.lock() {
-            *latest = outcome.clone();
+        let peer = match (handshake, verifier.outcome()) {
+            (Ok(tls), Some(Ok(peer))) => (tls, peer),
+            (_, Some(Err(rejection))) => {
+                self.record(Err(rejection.clone()));
+                return Err(AttestError::PeerRejected(rejection));
+            }
+            (Err(e), _) => return Err(AttestError::Tls(format!("handshake with {host}:{port}: {e}"))),
+            (Ok(_), None) => return Err(AttestError::Tls("handshake finished without certificate verification".into())),
+        };
+        let (tls, peer) = peer;
+        if session.is_none() {
+            // The first connection: its caller challenges it before relying on it.
+            if let Ok(mut pinned) = self.session.lock() {
+                *pinned = Some(*peer.tls_spki_sha256());
+            }
+            self.record(Ok(peer));
+        } else if self.challenge_reconnects {
+            let fresh = self.challenge_reconnect(&uri, &peer).await;
+            match &fresh {
+                Ok(v) => self.record(Ok(v.clone())),
+                Err(AttestError::PeerRejected(rejection)) => self.record(Err(rejection.clone())),
+                Err(_) => {}
+            }
+            fresh?;
         }
-        match (handshake, outcome) {
-            (Ok(tls), Some(Ok(_))) => Ok(TokioIo::new(tls)),
-            (_, Some(Err(rejection))) => Err(AttestError::PeerRejected(rejection)),
-            (Err(e), _) => Err(AttestError::Tls(format!("handshake with {host}:{port}: {e}"))),
-            (Ok(_), None) => Err(AttestError::Tls("handshake finished without certificate verification".into())),
-        }
+        Ok(TokioIo::new(tls))
+    }
+
+    /// Evidence from now for the reconnected key, asked over a second connection that must
+    /// present the same key (so the answer comes from the holder of the handshake's key).
+    async fn challenge_reconnect(&self, uri: &http::Uri, peer: &Verified) -> Result<Verified> {
+        let authority = uri.authority().ok_or_else(|| AttestError::Transport(format!("{uri}: no authority")))?;
+        let probe = RaTlsConnector { latest: Arc::new(Mutex::new(None)), challenge_reconnects: false, ..self.clone() };
+        let asking = async {
+            let channel = Endpoint::from_shared(format!("http://{authority}"))
+                .map_err(|e| AttestError::Transport(format!("{authority}: {e}")))?
+                .connect_with_connector(probe)
+                .await
+                .map_err(|e| AttestError::Transport(error_chain(&e)))?;
+            let nonce = crate::service::random_nonce();
+            let expected = ExpectedBinding {
+                model_identity: Some(*peer.model_identity()),
+                scheme_identity: Some(*peer.scheme_identity()),
+                tls_spki_sha256: Some(*peer.tls_spki_sha256()),
+                nonce: nonce.to_vec(),
+            };
+            crate::service::challenge(channel, &nonce, &expected, &self.policy).await
+        };
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, asking)
+            .await
+            .map_err(|_| AttestError::Transport(format!("{authority}: no fresh evidence within {HANDSHAKE_TIMEOUT:?}")))?
     }
 }
 
@@ -153,10 +218,16 @@ impl AttestedChannel {
         &self.peer
     }
 
-    /// What the peer proved in the latest handshake (the channel reconnects on failure,
-    /// and every reconnect is verified again).
+    /// What the peer proved in the latest connection (the channel reconnects on failure;
+    /// every reconnect must present the first connection's key and answer a fresh challenge).
     pub fn current_peer(&self) -> Option<Verified> {
         self.connector.latest()?.ok()
+    }
+
+    /// The verdict of the latest connection attempt, refused ones included: why a reconnect
+    /// was not used.
+    pub fn latest_verdict(&self) -> Option<std::result::Result<Verified, VerifyError>> {
+        self.connector.latest()
     }
 
     /// Freshness: asks the peer for evidence bound to a new random nonce and checks it is

@@ -78,6 +78,8 @@ pub enum VerifyError {
     SchemeIdentityMismatch,
     #[error("evidence is bound to another TLS key than this connection's")]
     TlsKeyMismatch,
+    #[error("the peer's TLS key {got} is not the pinned one ({pinned})")]
+    TlsKeyNotPinned { got: String, pinned: String },
     #[error("evidence is bound to another nonce than the one sent")]
     NonceMismatch,
     #[error("REPORT_DATA does not commit to the claimed model, scheme, TLS key and nonce")]
@@ -139,6 +141,7 @@ impl VerifyError {
             ModelIdentityMismatch => "model_identity_mismatch",
             SchemeIdentityMismatch => "scheme_identity_mismatch",
             TlsKeyMismatch => "tls_key_mismatch",
+            TlsKeyNotPinned { .. } => "tls_key_not_pinned",
             NonceMismatch => "nonce_mismatch",
             ReportDataMismatch => "report_data_mismatch",
             ReportVersionTooOld { .. } => "report_version_too_old",
@@ -187,6 +190,7 @@ pub const REASONS: &[&str] = &[
     "model_identity_mismatch",
     "scheme_identity_mismatch",
     "tls_key_mismatch",
+    "tls_key_not_pinned",
     "nonce_mismatch",
     "report_data_mismatch",
     "report_version_too_old",

@@ -3,7 +3,7 @@
 //! A verification is, in order: the RA-TLS handshake (evidence in the certificate checked
 //! against the role-restricted policy and the expected model identity, bound to the
 //! certificate's key — `attest::ratls::connect`), the pinned TLS key if the routing table
-//! names one, a fresh-nonce `GetEvidence` challenge over the same connection (evidence from
+//! names one (inside the handshake, for reconnects too), a fresh-nonce `GetEvidence` challenge over the same connection (evidence from
 //! now, for the same key and identities), and a gRPC health check. Any failure moves the
 //! backend out of rotation with the reason; the task then retries every `retry`.
 
@@ -71,7 +71,11 @@ async fn verify_once(b: &Arc<Backend>) -> bool {
 
 async fn connect(b: &Backend) -> Result<(AttestedChannel, Verified), String> {
     let spec = &b.spec;
-    let expected = ExpectedPeer { model_identity: spec.model_identity, scheme_identity: spec.scheme_identity };
+    let expected = ExpectedPeer {
+        model_identity: spec.model_identity,
+        scheme_identity: spec.scheme_identity,
+        tls_spki_sha256: spec.tls_spki_sha256,
+    };
     let connecting = attest::ratls::connect(&spec.endpoint, b.policy.clone(), expected, b.identity.clone());
     let channel = tokio::time::timeout(b.timing.timeout, connecting)
         .await

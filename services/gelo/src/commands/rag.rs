@@ -112,7 +112,7 @@ impl Conn {
             })
             .transpose()?;
         let policy = Arc::new(Policy::from_file(&policy).with_context(|| format!("policy {}", policy.display()))?);
-        let ch = attest::ratls::connect(&gateway, policy, ExpectedPeer { model_identity, scheme_identity: None }, None)
+        let ch = attest::ratls::connect(&gateway, policy, ExpectedPeer { model_identity, ..Default::default() }, None)
             .await
             .with_context(|| format!("RA-TLS to the gateway at {gateway}"))?;
         if ch.peer().role() != "gateway" {

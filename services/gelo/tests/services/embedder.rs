@@ -65,7 +65,7 @@ async fn embedder_process_matches_in_process_and_serves_64_concurrent_clients() 
 async fn a_masked_service_is_refused_unless_the_policy_names_masked() {
     let path = model("all-minilm-l6-v2");
     let p = Proc::start("embedder", &["embedder", "--model", path.to_str().unwrap(), "--protection", "masked"], &[]);
-    let expected = attest::ExpectedPeer { model_identity: Some(identity(&path)), scheme_identity: None };
+    let expected = attest::ExpectedPeer { model_identity: Some(identity(&path)), ..Default::default() };
     match attest::ratls::connect(&p.target(), policy(), expected.clone(), None).await {
         Err(attest::AttestError::PeerRejected(e)) => {
             assert_eq!(e.reason(), "protection_not_allowed");

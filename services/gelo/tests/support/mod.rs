@@ -132,7 +132,7 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> String {
 
 /// An RA-TLS channel to a process, verified against the test policy.
 pub async fn connect(p: &Proc, model_identity: Option<[u8; 32]>) -> attest::ratls::AttestedChannel {
-    attest::ratls::connect(&p.target(), policy(), ExpectedPeer { model_identity, scheme_identity: None }, None)
+    attest::ratls::connect(&p.target(), policy(), ExpectedPeer { model_identity, ..Default::default() }, None)
         .await
         .expect("RA-TLS connect")
 }
