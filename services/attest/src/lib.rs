@@ -27,10 +27,10 @@ pub use binding::{Binding, STARTUP_NONCE, report_data, scheme_identity, spki_sha
 pub use error::{AttestError, Result};
 pub use evidence::{CertChain, Evidence, IssuerKind, ServiceClaims};
 pub use issuer::{
-    HardwareIssuer, IssuedReport, MockIssuer, MockPki, MockSettings, ReportIssuer, issue_evidence,
+    HardwareIssuer, IssuedReport, MockCa, MockCrl, MockIssuer, MockPki, MockSettings, ReportIssuer, issue_evidence,
     issuer_from_env_or_default,
 };
-pub use policy::{Hex, Policy, TrustedRoot};
+pub use policy::{CrlSource, Hex, Policy, TrustedRoot};
 pub use ratls::ServerIdentity;
 pub use ratls::danger::ExpectedPeer;
 pub use report::Tcb;

@@ -2,7 +2,8 @@
 //! launch measurements it allows, a minimum TCB and the rest; see docs/ATTESTATION.md.
 //!
 //! Secure by default: AMD's roots only, no measurement allowed, debug and migration agents
-//! forbidden, VMPL 0 only. A mock root is trusted only when the policy names it.
+//! forbidden, VMPL 0 only, a VCEK must name its chip. A mock root is trusted only when the
+//! policy names it. Revocation is checked offline, against the CRLs the policy lists.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -59,6 +60,26 @@ pub enum TrustedRoot {
     MockPem(String),
     /// A mock ARK in a PEM or DER file; relative paths are relative to the policy file.
     MockFile(PathBuf),
+}
+
+/// A certificate revocation list, as AMD's KDS publishes one per product
+/// (`https://kdsintf.amd.com/vcek/v1/{Milan,Genoa,Turin}/crl`, DER, signed by the ARK).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrlSource {
+    /// Inline PEM (`-----BEGIN X509 CRL-----`), e.g. from a Kubernetes Secret.
+    Pem(String),
+    /// A DER or PEM file; relative paths are relative to the policy file. Read when the
+    /// policy loads: a fresh CRL takes effect when the policy is loaded again.
+    File(PathBuf),
+}
+
+/// A CRL after loading: parsed, not yet checked against any chain.
+#[derive(Clone, Debug)]
+pub struct LoadedCrl {
+    /// The file it came from, or `crls[i]` for inline PEM; for messages.
+    pub name: String,
+    pub list: x509_cert::crl::CertificateList,
 }
 
 /// A trusted root after loading: what the verifier compares an evidence's ARK against.
@@ -139,8 +160,15 @@ pub struct Policy {
     /// for keys that carry no hwID by design (a VLEK).
     #[serde(default = "yes")]
     pub require_vcek_hwid: bool,
+    /// Revocation lists to check the chain against, offline (written `- file: milan.crl` or
+    /// `- pem: ...`). Empty (the default): no revocation check. Otherwise the chain's ARK
+    /// must have issued one of them (`crl_missing`); see docs/ATTESTATION.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "serde_yaml::with::singleton_map_recursive")]
+    pub crls: Vec<CrlSource>,
     #[serde(skip)]
     resolved: OnceLock<std::result::Result<Arc<Vec<RootCert>>, String>>,
+    #[serde(skip)]
+    resolved_crls: OnceLock<std::result::Result<Arc<Vec<LoadedCrl>>, String>>,
 }
 
 impl Default for Policy {
@@ -161,7 +189,9 @@ impl Default for Policy {
             protections: default_protections(),
             check_certificate_validity: true,
             require_vcek_hwid: true,
+            crls: Vec::new(),
             resolved: OnceLock::new(),
+            resolved_crls: OnceLock::new(),
         }
     }
 }
@@ -184,7 +214,16 @@ impl Policy {
                 *p = base.join(&*p);
             }
         }
-        policy.roots().map_err(|e| AttestError::Policy { path: path.to_owned(), detail: e.to_string() })?;
+        for crl in &mut policy.crls {
+            if let CrlSource::File(p) = crl
+                && p.is_relative()
+            {
+                *p = base.join(&*p);
+            }
+        }
+        let invalid = |e: crate::VerifyError| AttestError::Policy { path: path.to_owned(), detail: e.to_string() };
+        policy.roots().map_err(invalid)?;
+        policy.loaded_crls().map_err(invalid)?;
         Ok(policy)
     }
 
@@ -234,6 +273,13 @@ impl Policy {
         self
     }
 
+    /// Replaces the revocation lists.
+    pub fn with_crls(mut self, crls: Vec<CrlSource>) -> Self {
+        self.crls = crls;
+        self.resolved_crls = OnceLock::new();
+        self
+    }
+
     pub fn allow_measurement(mut self, measurement: [u8; 48]) -> Self {
         self.measurements.push(Hex(measurement));
         self
@@ -243,6 +289,14 @@ impl Policy {
     pub fn roots(&self) -> std::result::Result<Arc<Vec<RootCert>>, crate::VerifyError> {
         self.resolved
             .get_or_init(|| load_roots(&self.trusted_roots).map(Arc::new))
+            .clone()
+            .map_err(crate::VerifyError::PolicyInvalid)
+    }
+
+    /// The revocation lists, loaded and parsed once.
+    pub fn loaded_crls(&self) -> std::result::Result<Arc<Vec<LoadedCrl>>, crate::VerifyError> {
+        self.resolved_crls
+            .get_or_init(|| load_crls(&self.crls).map(Arc::new))
             .clone()
             .map_err(crate::VerifyError::PolicyInvalid)
     }
@@ -282,6 +336,38 @@ fn load_roots(roots: &[TrustedRoot]) -> std::result::Result<Vec<RootCert>, Strin
             Ok(RootCert { name, kind, spki_der })
         })
         .collect()
+}
+
+fn load_crls(crls: &[CrlSource]) -> std::result::Result<Vec<LoadedCrl>, String> {
+    crls.iter()
+        .enumerate()
+        .map(|(i, source)| {
+            let (name, bytes) = match source {
+                CrlSource::Pem(pem) => (format!("crls[{i}]"), pem.as_bytes().to_vec()),
+                CrlSource::File(path) => {
+                    let name = path.display().to_string();
+                    let bytes = std::fs::read(path).map_err(|e| format!("crl {name}: {e}"))?;
+                    (name, bytes)
+                }
+            };
+            let list = parse_crl(&bytes).map_err(|e| format!("crl {name}: {e}"))?;
+            Ok(LoadedCrl { name, list })
+        })
+        .collect()
+}
+
+/// A CRL given as PEM (`X509 CRL`) or DER.
+pub(crate) fn parse_crl(bytes: &[u8]) -> std::result::Result<x509_cert::crl::CertificateList, String> {
+    let der = if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
+        let (label, der) = x509_cert::der::pem::decode_vec(bytes).map_err(|e| e.to_string())?;
+        if label != "X509 CRL" {
+            return Err(format!("PEM label {label:?}, not \"X509 CRL\""));
+        }
+        der
+    } else {
+        bytes.to_vec()
+    };
+    x509_cert::crl::CertificateList::from_der(&der).map_err(|e| e.to_string())
 }
 
 /// A certificate given as PEM or DER, returned as DER.
@@ -337,5 +423,10 @@ mod tests {
         assert!(matches!(p.roots(), Err(crate::VerifyError::PolicyInvalid(_))));
         let p = Policy::from_yaml("trusted_roots: []").unwrap();
         assert!(matches!(p.roots(), Err(crate::VerifyError::PolicyInvalid(_))));
+        let p = Policy::from_yaml("crls: [{pem: 'not a CRL'}]").unwrap();
+        assert!(matches!(p.loaded_crls(), Err(crate::VerifyError::PolicyInvalid(_))));
+        let p = Policy::from_yaml("crls: [{file: /nonexistent/milan.crl}]").unwrap();
+        assert!(matches!(p.loaded_crls(), Err(crate::VerifyError::PolicyInvalid(_))));
+        assert!(Policy::from_yaml("crls: [{url: 'https://kdsintf.amd.com'}]").is_err(), "only pem and file");
     }
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use attest::amd::{self, AmdGeneration};
-use attest::{MockIssuer, MockPki, Verifier};
+use attest::{MockCa, MockCrl, MockIssuer, MockPki, Verifier};
 use common::*;
 use x509_cert::der::{Decode, Encode};
 
@@ -86,6 +86,25 @@ fn saved_pki_loads_back_and_keeps_signing() {
             assert_eq!(mode & 0o077, 0, "{key} mode {mode:o}");
         }
     }
+}
+
+#[test]
+fn mock_crls_are_signed_like_amds_certificates_and_the_ark_key_is_never_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    pki().save(dir.path()).unwrap();
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!names.iter().any(|n| n.to_string_lossy().contains("ark-key")), "{names:?}");
+    let loaded = MockPki::load(dir.path()).unwrap();
+    assert!(
+        matches!(loaded.crl(&MockCrl::new(MockCa::Ark, vec![])), Err(attest::AttestError::MockPki { .. })),
+        "a loaded PKI cannot sign as the ARK"
+    );
+    let der = loaded.crl(&MockCrl::new(MockCa::Ask, vec![])).unwrap();
+    let crl = x509_cert::crl::CertificateList::from_der(&der).unwrap();
+    assert_eq!(crl.tbs_cert_list.issuer, cert(pki().ask_der()).tbs_certificate.subject);
+    // The same RSASSA-PSS parameters as the certificates, hence as AMD's.
+    assert_eq!(crl.signature_algorithm, cert(pki().vcek_der()).signature_algorithm);
+    assert_eq!(crl.tbs_cert_list.version, x509_cert::Version::V2);
 }
 
 #[test]

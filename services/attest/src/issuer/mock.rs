@@ -5,7 +5,8 @@
 //! It proves nothing about the host: it exists so that everything downstream (verifier,
 //! RA-TLS, operator) runs the real code path without SEV hardware. Its root is persisted
 //! so other processes and a Kubernetes Secret can trust it explicitly; nothing trusts it
-//! by default.
+//! by default. It also signs CRLs shaped like the KDS's ([`MockPki::crl`]), to test
+//! revocation offline.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use x509_cert::name::Name;
 use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::{DynSignatureAlgorithmIdentifier, SubjectPublicKeyInfoOwned};
 use x509_cert::time::{Time, Validity};
+use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
 use x509_cert::{Certificate, TbsCertificate, Version as X509Version};
 
 use super::{IssuedReport, ReportIssuer};
@@ -44,6 +46,8 @@ const CA_LIFETIME: Duration = Duration::from_secs(25 * 365 * 86_400);
 const VCEK_LIFETIME: Duration = Duration::from_secs(7 * 365 * 86_400);
 /// Backdating absorbs clock skew between the issuing and the verifying host.
 const BACKDATE: Duration = Duration::from_secs(86_400);
+/// How long a mock CRL stays current.
+const CRL_LIFETIME: Duration = Duration::from_secs(30 * 86_400);
 
 /// The TCB the mock VCEK is issued for, roughly a current Genoa platform.
 pub const DEFAULT_TCB: Tcb = Tcb { bootloader: 10, tee: 0, snp: 23, microcode: 84 };
@@ -74,13 +78,43 @@ struct MockVcek {
     chip_id: [u8; 64],
 }
 
-/// The mock certificate authority. The ARK's private key is dropped after it signed the
-/// ASK; the ASK's key is kept so VCEKs for other TCBs can be minted.
+/// The mock certificate authority. The ASK's key is kept (and saved) so VCEKs for other
+/// TCBs can be minted. The ARK's key is never saved: a freshly generated PKI keeps it in
+/// memory to sign CRLs, a loaded one has none.
 pub struct MockPki {
     ark_der: Vec<u8>,
+    ark_key: Option<RsaPrivateKey>,
     ask_der: Vec<u8>,
     ask_key: RsaPrivateKey,
     vcek: Arc<MockVcek>,
+}
+
+/// One of the mock's two certificate authorities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MockCa {
+    Ark,
+    Ask,
+}
+
+/// A CRL for [`MockPki::crl`] to sign.
+#[derive(Clone, Debug)]
+pub struct MockCrl {
+    /// The CA the CRL names as its issuer (AMD's KDS CRLs are the ARK's).
+    pub issuer: MockCa,
+    /// The CA whose key signs it: the issuer's, or another one for a CRL a verifier must
+    /// refuse.
+    pub signer: MockCa,
+    pub revoked: Vec<SerialNumber>,
+    pub this_update: SystemTime,
+    pub next_update: Option<SystemTime>,
+}
+
+impl MockCrl {
+    /// A CRL issued and signed by `issuer`, current from a day ago for 30 days.
+    pub fn new(issuer: MockCa, revoked: Vec<SerialNumber>) -> Self {
+        let now = SystemTime::now();
+        Self { issuer, signer: issuer, revoked, this_update: now - BACKDATE, next_update: Some(now + CRL_LIFETIME) }
+    }
 }
 
 impl std::fmt::Debug for MockPki {
@@ -138,7 +172,53 @@ impl MockPki {
         // A v2 report decoder calls an all-zero or mostly-zero CHIP_ID masked or Turin-like.
         chip_id[63] |= 1;
         let vcek = Arc::new(mint_vcek(&ask_key, &ask_der, DEFAULT_TCB, chip_id, HwId::Present)?);
-        Ok(Self { ark_der, ask_der, ask_key, vcek })
+        Ok(Self { ark_der, ark_key: Some(ark_key), ask_der, ask_key, vcek })
+    }
+
+    /// Signs a CRL (DER) as `spec` says. Signing with the ARK needs a PKI generated in this
+    /// process: its key is never saved, so a loaded PKI refuses.
+    pub fn crl(&self, spec: &MockCrl) -> Result<Vec<u8>> {
+        let name_of = |ca: MockCa| -> Result<Name> {
+            let der = match ca {
+                MockCa::Ark => &self.ark_der,
+                MockCa::Ask => &self.ask_der,
+            };
+            Ok(Certificate::from_der(der).map_err(|e| AttestError::crypto("CA certificate", e))?.tbs_certificate.subject)
+        };
+        let signer = match spec.signer {
+            MockCa::Ark => self.ark_key.as_ref().ok_or_else(|| AttestError::MockPki {
+                path: PathBuf::new(),
+                detail: "this PKI was loaded and has no ARK key (it is never saved): generate one to sign ARK CRLs".into(),
+            })?,
+            MockCa::Ask => &self.ask_key,
+        };
+        let key = rsa::pss::SigningKey::<Sha384>::new(signer.clone());
+        let algorithm = key.signature_algorithm_identifier().map_err(|e| AttestError::crypto("PSS parameters", e))?;
+        let revoked_at = der_time(spec.this_update)?;
+        let revoked: Vec<RevokedCert> = spec
+            .revoked
+            .iter()
+            .map(|serial| RevokedCert { serial_number: serial.clone(), revocation_date: revoked_at, crl_entry_extensions: None })
+            .collect();
+        let tbs = TbsCertList {
+            version: X509Version::V2,
+            signature: algorithm.clone(),
+            issuer: name_of(spec.issuer)?,
+            this_update: der_time(spec.this_update)?,
+            next_update: spec.next_update.map(der_time).transpose()?,
+            revoked_certificates: (!revoked.is_empty()).then_some(revoked),
+            crl_extensions: None,
+        };
+        let tbs_der = tbs.to_der().map_err(|e| AttestError::crypto("TBS CRL", e))?;
+        let signature = key
+            .try_sign_with_rng(&mut OsRng, &tbs_der)
+            .map_err(|e| AttestError::crypto("PSS signature", e))?;
+        let crl = CertificateList {
+            tbs_cert_list: tbs,
+            signature_algorithm: algorithm,
+            signature: BitString::from_bytes(&signature.to_vec()).map_err(|e| AttestError::crypto("signature", e))?,
+        };
+        crl.to_der().map_err(|e| AttestError::crypto("CRL", e))
     }
 
     fn mint_vcek(&self, tcb: Tcb, chip_id: [u8; 64], hw_id: HwId) -> Result<MockVcek> {
@@ -222,7 +302,13 @@ impl MockPki {
             return Err(bad(format!("{FILE_VCEK_KEY} does not match {FILE_VCEK}")));
         }
         let tcb = Tcb { bootloader, tee, snp, microcode };
-        Ok(Self { ark_der, ask_der, ask_key, vcek: Arc::new(MockVcek { der: vcek_der, key: vcek_key, tcb, chip_id }) })
+        Ok(Self {
+            ark_der,
+            ark_key: None,
+            ask_der,
+            ask_key,
+            vcek: Arc::new(MockVcek { der: vcek_der, key: vcek_key, tcb, chip_id }),
+        })
     }
 
     /// Loads the PKI in `dir`, or generates and persists one. Safe against other processes

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use hardware::{HardwareIssuer, SEV_GUEST_DEVICE};
-pub use mock::{FILE_MEASUREMENT as MOCK_MEASUREMENT_FILE, MockIssuer, MockPki, MockSettings, default_mock_measurement};
+pub use mock::{
+    FILE_MEASUREMENT as MOCK_MEASUREMENT_FILE, MockCa, MockCrl, MockIssuer, MockPki, MockSettings, default_mock_measurement,
+};
 
 use crate::binding::{Binding, MAX_NONCE_LEN, report_data};
 use crate::error::{AttestError, Result};

@@ -50,6 +50,14 @@ pub enum VerifyError {
     CertificateExpired { which: CertRole },
     #[error("the VCEK does not hold a P-384 public key: {0}")]
     VcekKeyInvalid(String),
+    #[error("the policy lists CRLs but none was issued by this chain's ARK ({0})")]
+    CrlMissing(String),
+    #[error("CRL unusable: {0}")]
+    CrlInvalid(String),
+    #[error("CRL {crl} is stale: its nextUpdate {next_update} has passed")]
+    CrlExpired { crl: String, next_update: String },
+    #[error("{which} certificate (serial {serial}) is revoked by CRL {crl}")]
+    CertificateRevoked { which: CertRole, serial: String, crl: String },
 
     // --- the report's signature and its tie to the VCEK ---
     #[error("report signature algorithm {0} is not ECDSA P-384/SHA-384")]
@@ -129,6 +137,10 @@ impl VerifyError {
             CertificateNotYetValid { .. } => "certificate_not_yet_valid",
             CertificateExpired { .. } => "certificate_expired",
             VcekKeyInvalid(_) => "vcek_key_invalid",
+            CrlMissing(_) => "crl_missing",
+            CrlInvalid(_) => "crl_invalid",
+            CrlExpired { .. } => "crl_expired",
+            CertificateRevoked { .. } => "certificate_revoked",
             SignatureAlgorithmUnsupported(_) => "signature_algorithm_unsupported",
             ReportSignatureMalformed(_) => "report_signature_malformed",
             ReportSignatureInvalid => "report_signature_invalid",
@@ -178,6 +190,10 @@ pub const REASONS: &[&str] = &[
     "certificate_not_yet_valid",
     "certificate_expired",
     "vcek_key_invalid",
+    "crl_missing",
+    "crl_invalid",
+    "crl_expired",
+    "certificate_revoked",
     "signature_algorithm_unsupported",
     "report_signature_malformed",
     "report_signature_invalid",

@@ -9,6 +9,7 @@
 //! allowlists, and the protection a model service runs). The first failure is returned.
 
 mod error;
+mod revocation;
 
 use std::time::{Duration, SystemTime};
 
@@ -293,12 +294,13 @@ impl Verifier {
         let vcek = parse_cert(&chain.vcek_der, CertRole::Vcek)?;
         let (root, ask_s) = check_ark_ask(&roots, &ark, &ask, claimed)?;
         let vcek_s = check_vcek(&ask_s, &vcek)?;
-        if policy.check_certificate_validity {
-            let now = self.now.unwrap_or_else(SystemTime::now);
+        let now = policy.check_certificate_validity.then(|| self.now.unwrap_or_else(SystemTime::now));
+        if let Some(now) = now {
             for (cert, which) in [(&ark, CertRole::Ark), (&ask, CertRole::Ask), (&vcek, CertRole::Vcek)] {
                 check_validity(cert, which, now)?;
             }
         }
+        revocation::check(&policy.loaded_crls()?, &ark, &ask, &vcek, now)?;
 
         // 2. The report's signature, over the bytes as received.
         let parsed = report::parse(report)?;
