@@ -133,3 +133,49 @@ async fn only_verified_backends_are_ever_sent_a_request() {
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert_eq!(requests(&wrong_measurement).await, 0.0);
 }
+
+/// `gelo rag verify` as a client runs it: the gateway verified against the test policy,
+/// MiniLM's identity, and (with `extra`) the backend policy it must attest.
+fn verify_gateway(gw: &Proc, extra: &[&str]) -> (bool, String, String) {
+    let (policy, target) = (policy_file(), gw.target());
+    let mut args = vec!["rag", "verify", "--gateway", &target, "--policy", policy.to_str().unwrap()];
+    let identity = hex_identity(&minilm());
+    args.extend(["--expect-identity", &identity]);
+    args.extend_from_slice(extra);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gelo")).args(&args).env("GELO_UP_DIR", "/nonexistent").output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refuses_a_gateway_that_attests_another_backend_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    // P: the test policy. P′: P plus someone else's root and any launch measurement, as a
+    // rewritten ConfigMap would give the gateway.
+    let mut wider = (*policy()).clone();
+    wider.trusted_roots.push(attest::TrustedRoot::MockPem(MockPki::load_or_create(&untrusted_pki()).unwrap().ark_pem()));
+    wider.allow_any_measurement = true;
+    let wider_file = dir.path().join("wider.yaml");
+    std::fs::write(&wider_file, wider.to_yaml()).unwrap();
+    let minilm = minilm();
+    let data = dir.path().join("data-wider");
+    let args = ["gateway", "--model", minilm.to_str().unwrap(), "--listen", "127.0.0.1:0", "--policy", wider_file.to_str().unwrap()];
+    let mut args = args.to_vec();
+    args.extend(["--data-dir", data.to_str().unwrap()]);
+    let on_wider = Proc::start("policy-gateway-wider", &args, &[]);
+
+    let (ok, _, err) = verify_gateway(&on_wider, &[]);
+    assert!(!ok, "a client expecting P accepted a gateway running P′");
+    assert!(err.contains("gateway_policy_mismatch") && err.contains(&hex::encode(wider.digest().unwrap())), "{err}");
+    let (ok, out, err) = verify_gateway(&on_wider, &["--backend-policy", wider_file.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let proved: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(proved["backend_policy_sha256"], hex::encode(wider.digest().unwrap()));
+    assert_eq!(proved["role"], "gateway");
+
+    // The same gateway on P passes with no flag: the client's own policy is the default.
+    let on_p = gateway("policy-gateway-p", &dir.path().join("data-p"), &[]);
+    let (ok, out, err) = verify_gateway(&on_p, &[]);
+    assert!(ok, "{err}");
+    let proved: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(proved["backend_policy_sha256"], hex::encode(policy().digest().unwrap()));
+}

@@ -184,6 +184,9 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
     // 2. Policy.
     let policy = resolve_policy(ctx, &ns, &valid).await?;
 
+    // The gateway attests the policy it reads at start: a new policy must roll it.
+    let policy_digest = policy.as_ref().ok().and_then(|p| p.digest().ok()).map(hex::encode);
+
     // 3. Owned objects.
     apply_object(ctx, &ns, &resources::gateway_account(&owner)).await?;
     apply_object(ctx, &ns, &resources::gateway_role(&owner)).await?;
@@ -203,7 +206,7 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
             None => Fetch::Done,
         };
         let serving = if fetch == Fetch::Done {
-            let d = resources::deployment(&owner, view, pin, &valid, &p.spec.image, pull);
+            let d = resources::deployment(&owner, view, pin, &valid, &p.spec.image, pull, policy_digest.as_deref());
             let _: Deployment = apply_object(ctx, &ns, &d).await?;
             prune_old_jobs(ctx, &ns, &owner.name, c, pin).await?;
             Some((pin.revision_label(), pin.identity))

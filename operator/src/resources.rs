@@ -44,6 +44,10 @@ pub const PIPELINE_LABEL: &str = "gelo.dev/pipeline";
 pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 pub const REVISION_ANNOTATION: &str = "gelo.dev/model-revision";
 pub const IDENTITY_ANNOTATION: &str = "gelo.dev/model-identity";
+/// On the gateway's pod template: the digest of the backend policy the gateway reads at
+/// start and attests. A new policy is a new template, so it rolls the gateway (which never
+/// takes a policy change while running).
+pub const BACKEND_POLICY_ANNOTATION: &str = "gelo.dev/backend-policy-sha256";
 /// Key of the routing table inside the routes ConfigMap.
 pub const ROUTES_KEY: &str = "routes.json";
 /// Key of the pipeline's attestation policy (gelo-attest format) inside the routes ConfigMap.
@@ -233,7 +237,8 @@ fn pin_annotations(pin: &ModelPin) -> BTreeMap<String, String> {
 }
 
 /// A component's Deployment serving `pin`. The pin is in the pod template's annotations, so
-/// a new pin is a new template and rolls the pods.
+/// a new pin is a new template and rolls the pods; so is, for the gateway, the digest of the
+/// backend policy (`backend_policy`, hex).
 pub fn deployment(
     owner: &Owner,
     view: ComponentView<'_>,
@@ -241,6 +246,7 @@ pub fn deployment(
     valid: &ValidSpec,
     image: &str,
     pull: Option<&str>,
+    backend_policy: Option<&str>,
 ) -> Deployment {
     let c = view.component;
     let names = owner.names();
@@ -357,7 +363,13 @@ pub fn deployment(
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels(&owner.name, Some(c))),
-                    annotations: Some(pin_annotations(pin)),
+                    annotations: Some({
+                        let mut a = pin_annotations(pin);
+                        if let (Component::Gateway, Some(digest)) = (c, backend_policy) {
+                            a.insert(BACKEND_POLICY_ANNOTATION.to_string(), digest.to_string());
+                        }
+                        a
+                    }),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
@@ -538,7 +550,7 @@ pub fn all_objects(p: &PrivateRAGPipeline, valid: &ValidSpec) -> Result<Vec<serd
             push(serde_json::to_value(models_pvc(&owner, c, &storage)))?;
             push(serde_json::to_value(job))?;
         }
-        push(serde_json::to_value(deployment(&owner, view, pin, valid, &spec.image, pull)))?;
+        push(serde_json::to_value(deployment(&owner, view, pin, valid, &spec.image, pull, None)))?;
         let ty = if c == Component::Gateway { spec.gateway.service_type.as_str() } else { "ClusterIP" };
         push(serde_json::to_value(service(&owner, c, ty)))?;
     }

@@ -304,6 +304,66 @@ impl Policy {
     pub fn to_yaml(&self) -> String {
         serde_yaml::to_string(self).unwrap_or_default()
     }
+
+    /// SHA-256 of what this policy accepts, its roots and CRLs taken by content (not by the
+    /// paths they were read from), over JSON with sorted keys: two copies of one policy have
+    /// one digest wherever they live. A gateway attests its backend policy's digest; clients
+    /// compare it with the policy they expect.
+    pub fn digest(&self) -> std::result::Result<[u8; 32], crate::VerifyError> {
+        use sha2::{Digest, Sha256};
+        let invalid = |e: serde_json::Error| crate::VerifyError::PolicyInvalid(e.to_string());
+        let roots: Vec<serde_json::Value> = self
+            .roots()?
+            .iter()
+            .map(|r| serde_json::json!({ "name": r.name, "spki_sha256": hex::encode(Sha256::digest(&r.spki_der)) }))
+            .collect();
+        let mut crls = Vec::new();
+        for crl in self.loaded_crls()?.iter() {
+            let der = crl.list.to_der().map_err(|e| crate::VerifyError::PolicyInvalid(format!("CRL {}: {e}", crl.name)))?;
+            crls.push(hex::encode(Sha256::digest(der)));
+        }
+        let mut value = serde_json::to_value(self).map_err(invalid)?;
+        let fields = value.as_object_mut().ok_or_else(|| crate::VerifyError::PolicyInvalid("policy is not an object".into()))?;
+        fields.insert("trusted_roots".into(), roots.into());
+        fields.insert("crls".into(), crls.into());
+        Ok(Sha256::digest(canonical_json(&value)).into())
+    }
+}
+
+/// JSON with every object's keys sorted, whatever map type serde_json was built with.
+fn canonical_json(v: &serde_json::Value) -> Vec<u8> {
+    fn write(v: &serde_json::Value, out: &mut Vec<u8>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push(b'{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(serde_json::Value::from(k.as_str()).to_string().as_bytes());
+                    out.push(b':');
+                    write(&map[k], out);
+                }
+                out.push(b'}');
+            }
+            serde_json::Value::Array(items) => {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write(item, out);
+                }
+                out.push(b']');
+            }
+            other => out.extend_from_slice(other.to_string().as_bytes()),
+        }
+    }
+    let mut out = Vec::new();
+    write(v, &mut out);
+    out
 }
 
 fn load_roots(roots: &[TrustedRoot]) -> std::result::Result<Vec<RootCert>, String> {
@@ -412,6 +472,29 @@ mod tests {
         assert_eq!(a.to_yaml(), b.to_yaml());
         assert_eq!(a.measurements, vec![Hex([0xab; 48])]);
         assert_eq!(a.min_tcb, Tcb { bootloader: 0, tee: 0, snp: 8, microcode: 115 });
+    }
+
+    #[test]
+    fn the_digest_follows_what_a_policy_accepts_not_where_it_was_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = crate::MockPki::load_or_create(&dir.path().join("pki")).unwrap();
+        std::fs::write(dir.path().join("ark.pem"), pki.ark_pem()).unwrap();
+        let m = "ab".repeat(48);
+        std::fs::write(dir.path().join("p.yaml"), format!("trusted_roots: [{{mock_file: ark.pem}}]\nmeasurements: ['{m}']\n")).unwrap();
+        let from_file = Policy::from_file(dir.path().join("p.yaml")).unwrap();
+        let inline = Policy::from_yaml(&format!("trusted_roots: [{{mock_pem: {:?}}}]\nmeasurements: ['{m}']\n", pki.ark_pem())).unwrap();
+        assert_eq!(from_file.digest().unwrap(), inline.digest().unwrap(), "the root by content, not by path");
+        let json = serde_json::to_string(&inline).unwrap();
+        assert_eq!(Policy::from_json(&json).unwrap().digest().unwrap(), inline.digest().unwrap(), "a JSON round trip");
+
+        let mut any = inline.clone();
+        any.allow_any_measurement = true;
+        assert_ne!(any.digest().unwrap(), inline.digest().unwrap());
+        let more = inline.clone().trust_mock_root_pem(crate::MockPki::load_or_create(&dir.path().join("other")).unwrap().ark_pem());
+        assert_ne!(more.digest().unwrap(), inline.digest().unwrap());
+        let masked = inline.clone().allow_protection("masked");
+        assert_ne!(masked.digest().unwrap(), inline.digest().unwrap());
+        assert!(Policy::from_yaml("trusted_roots: [{mock_pem: 'x'}]").unwrap().digest().is_err(), "a root that does not load");
     }
 
     #[test]

@@ -76,14 +76,41 @@ pub struct GatewayConfig {
     pub settings: Settings,
 }
 
-/// The gateway's protocol settings, hashed into its `scheme_identity`.
-pub fn scheme_json(cfg: &GatewayConfig) -> serde_json::Value {
+/// The gateway's protocol settings, hashed into its `scheme_identity`, with the digest of
+/// the policy it verifies backends against ([`Policy::digest`]): what a client checks to
+/// know whom the gateway trusts.
+pub fn scheme_json(cfg: &GatewayConfig, backend_policy: &[u8; 32]) -> serde_json::Value {
     serde_json::json!({
         "role": "gateway",
         "store": "redb/aes-256-gcm",
         "chunk_tokens": cfg.chunk_tokens,
         "chunk_overlap": cfg.chunk_overlap,
+        BACKEND_POLICY_FIELD: hex::encode(backend_policy),
     })
+}
+
+/// The field of the gateway's attested scheme that holds its backend policy's digest.
+pub const BACKEND_POLICY_FIELD: &str = "backend_policy_sha256";
+
+/// The backend policy digest a verified gateway attests, if its scheme names one.
+pub fn attested_backend_policy(gateway: &attest::Verified) -> Option<[u8; 32]> {
+    let scheme: serde_json::Value = serde_json::from_str(gateway.scheme_json()).ok()?;
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(scheme.get(BACKEND_POLICY_FIELD)?.as_str()?, &mut out).ok()?;
+    Some(out)
+}
+
+/// The policy backends must satisfy, read once at start: `--policy`, else the routing
+/// table's `policy.json` (the mounted file, or the ConfigMap: waited for until the operator
+/// has written one).
+async fn backend_policy(cfg: &GatewayConfig) -> Result<Policy> {
+    match (&cfg.policy, &cfg.routes) {
+        (Some(p), _) => Ok(Policy::from_file(p)?),
+        (None, Some(RoutesSource::File { policy: Some(p), .. })) => Ok(Policy::from_file(p)?),
+        #[cfg(feature = "kubernetes")]
+        (None, Some(RoutesSource::ConfigMap { name, namespace })) => backends::routes::configmap_policy(name, namespace).await,
+        _ => Err(GatewayError::Config("a policy is required (--policy FILE) to verify backends".into())),
+    }
 }
 
 fn is_loopback(a: &SocketAddr) -> bool {
@@ -115,9 +142,16 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     })
     .await??;
 
-    // 2. The gateway's own attested identity: served to clients, presented to backends that
+    // 2. The policy backends must satisfy: fixed for the gateway's life and bound into its
+    //    evidence, so whoever delivers routes (the operator) cannot change whom it trusts.
+    let policy = backend_policy(&cfg).await?;
+    let policy_digest = policy.digest().map_err(|e| GatewayError::Config(format!("backend policy: {e}")))?;
+    tracing::info!(backend_policy = %hex::encode(policy_digest), "backend policy fixed and attested");
+
+    // 3. The gateway's own attested identity: served to clients, presented to backends that
     //    require an attested client.
-    let claims = ServiceClaims { model_identity: identity_bytes, scheme_json: scheme_json(&cfg).to_string(), role: "gateway".into() };
+    let scheme = scheme_json(&cfg, &policy_digest).to_string();
+    let claims = ServiceClaims { model_identity: identity_bytes, scheme_json: scheme, role: "gateway".into() };
     let (identity, issuer_kind) = tokio::task::spawn_blocking(move || -> Result<(Arc<ServerIdentity>, IssuerKind)> {
         let issuer = attest::issuer_from_env_or_default()?;
         let kind = issuer.kind();
@@ -125,7 +159,7 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     })
     .await??;
 
-    // 3. The store and its key.
+    // 4. The store and its key.
     let key_source = match (&cfg.sealing_key_file, issuer_kind) {
         (Some(f), _) => docstore::KeySource::File(f.clone()),
         (None, IssuerKind::Mock) => docstore::KeySource::File(cfg.data_dir.join(docstore::KEY_FILE)),
@@ -139,35 +173,24 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     })
     .await??;
 
-    // 4. Backends: static, or the routing table (and perhaps its policy).
-    let policy = match (&cfg.policy, &cfg.routes) {
-        (Some(p), _) => Policy::from_file(p)?,
-        (None, Some(RoutesSource::File { policy: Some(p), .. })) => Policy::from_file(p)?,
-        // The ConfigMap's policy.json replaces this as soon as the watch delivers it; until
-        // then only AMD's roots with no measurement allowed: nothing verifies.
-        (None, Some(RoutesSource::ConfigMap { .. })) => Policy::default(),
-        _ => return Err(GatewayError::Config("a policy is required (--policy FILE) to verify backends".into())),
-    };
+    // 5. Backends: static, or the routing table. A policy the table offers later is only
+    //    compared with the attested one, never applied.
     let pool = Pool::new(policy, Some(identity.clone()), cfg.timing);
     pool.set_unary_in_flight(cfg.backend_in_flight);
     pool.set_backends(&cfg.backends);
+    let watch_policy = cfg.policy.is_none().then_some(policy_digest);
     let _routes_task = match &cfg.routes {
         Some(RoutesSource::File { routes, policy, poll }) => {
-            let (specs, initial_policy, fingerprint) = backends::routes::read_file(routes, policy.as_deref())?;
-            if cfg.policy.is_none()
-                && let Some(p) = initial_policy
-            {
-                pool.set_policy(p);
-            }
+            let (specs, _, fingerprint) = backends::routes::read_file(routes, policy.as_deref())?;
             let mut all = cfg.backends.clone();
             all.extend(specs);
             pool.set_backends(&all);
-            let follow_policy = if cfg.policy.is_none() { policy.clone() } else { None };
-            Some(backends::routes::follow_file(pool.clone(), routes.clone(), follow_policy, *poll, fingerprint))
+            let follow_policy = watch_policy.and(policy.clone());
+            Some(backends::routes::follow_file(pool.clone(), routes.clone(), follow_policy, policy_digest, *poll, fingerprint))
         }
         #[cfg(feature = "kubernetes")]
         Some(RoutesSource::ConfigMap { name, namespace }) => {
-            Some(backends::routes::follow_configmap(pool.clone(), name.clone(), namespace.clone(), cfg.policy.is_none()).await?)
+            Some(backends::routes::follow_configmap(pool.clone(), name.clone(), namespace.clone(), watch_policy).await?)
         }
         #[cfg(not(feature = "kubernetes"))]
         Some(RoutesSource::ConfigMap { .. }) => {
@@ -181,7 +204,7 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
         tracing::warn!("no backends configured: every request that needs a model fails with UNAVAILABLE");
     }
 
-    // 5. The RAG flow and its two front doors.
+    // 6. The RAG flow and its two front doors.
     let pipeline = Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings: cfg.settings.clone() });
     let metrics = Metrics::new("gateway");
     let routes = tonic::service::Routes::new(grpc::RagService::new(pipeline.clone(), metrics.clone()).into_server());

@@ -75,7 +75,19 @@ impl Backend {
 
     /// A backend whose attested scheme names `executor` as its protection (`None`: none).
     async fn start_running(id: f32, role: &str, at: Option<SocketAddr>, calls: Arc<AtomicUsize>, executor: Option<&str>) -> Backend {
-        let issuer = Arc::new(MockIssuer::load_or_create(pki_dir()).unwrap());
+        Self::start_signed(id, role, at, calls, executor, &pki_dir()).await
+    }
+
+    /// A backend whose evidence comes from the mock PKI in `pki`.
+    async fn start_signed(
+        id: f32,
+        role: &str,
+        at: Option<SocketAddr>,
+        calls: Arc<AtomicUsize>,
+        executor: Option<&str>,
+        pki: &std::path::Path,
+    ) -> Backend {
+        let issuer = Arc::new(MockIssuer::load_or_create(pki).unwrap());
         let scheme = match executor {
             Some(x) => serde_json::json!({ "role": role, "protocol": { "executor": x } }),
             None => serde_json::json!({ "role": role }),
@@ -313,8 +325,8 @@ async fn backends_running_a_weaker_protection_than_the_policy_names_are_never_ca
 mod apiserver;
 
 /// The operator's routing ConfigMap through the Kubernetes API (the operator tests' in-memory
-/// API server): routes and policy applied as they change, a bad table refused, a deleted
-/// ConfigMap routing nowhere.
+/// API server): the policy read once and kept, routes applied as they change, a policy
+/// rewritten to trust more refused, a bad table refused, a deleted ConfigMap routing nowhere.
 #[cfg(feature = "kubernetes")]
 mod configmap {
     use super::*;
@@ -351,11 +363,43 @@ mod configmap {
         // Another ConfigMap in the namespace must not matter.
         api.insert(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "rag"}, "data": {}}));
 
-        // Starts with AMD roots only: nothing verifies until the ConfigMap's policy arrives.
-        let pool = Pool::new(Policy::default(), None, fast());
-        let _watch = gateway::backends::routes::follow_configmap(pool.clone(), "demo-routes".into(), "rag".into(), true).await.unwrap();
+        // The gateway's policy is the ConfigMap's at start, and its digest is what it attests.
+        let attested = gateway::backends::routes::configmap_policy("demo-routes", "rag").await.unwrap();
+        let digest = attested.digest().unwrap();
+        assert_eq!(digest, policy().digest().unwrap());
+        let pool = Pool::new(attested, None, fast());
+        let _watch =
+            gateway::backends::routes::follow_configmap(pool.clone(), "demo-routes".into(), "rag".into(), Some(digest)).await.unwrap();
         verified(&pool, 1).await;
         assert_eq!(embed(&pool).await.unwrap(), 1.0);
+
+        // Whoever writes the ConfigMap adds a root of its own and allows any measurement, and
+        // routes to a backend only that policy accepts: the gateway keeps its attested policy.
+        let rogue_pki = dir.path().join("rogue-pki");
+        let rogue = Backend::start_signed(7.0, "embedder", None, Arc::default(), Some("sealed"), &rogue_pki).await;
+        let mut wider = policy();
+        wider.trusted_roots.push(TrustedRoot::MockPem(MockPki::load_or_create(&rogue_pki).unwrap().ark_pem()));
+        wider.allow_any_measurement = true;
+        let wider_json = serde_json::to_string(&wider).unwrap();
+        api.update("core/v1/configmaps", "rag", "demo-routes", |o| {
+            o["data"]["routes.json"] = routes(&[&a, &rogue], 1).into();
+            o["data"]["policy.json"] = wider_json.clone().into();
+        });
+        for _ in 0..100 {
+            if pool.specs().len() == 2 && pool.status().iter().all(|s| s.verified || s.reason != "not verified yet") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..6 {
+            assert_eq!(embed(&pool).await.unwrap(), 1.0);
+        }
+        assert_eq!(rogue.calls.load(Ordering::SeqCst), 0, "a backend only the rewritten policy trusts was called");
+        let st = pool.status();
+        let refused = st.iter().find(|s| s.endpoint == rogue.addr.to_string()).unwrap();
+        assert!(!refused.verified && refused.reason.starts_with("mock_root_not_trusted"), "{refused:?}");
+        api.update("core/v1/configmaps", "rag", "demo-routes", |o| o["data"]["policy.json"] = policy_json.clone().into());
 
         // B joins, A leaves.
         api.update("core/v1/configmaps", "rag", "demo-routes", |o| o["data"]["routes.json"] = routes(&[&b], 1).into());
@@ -385,6 +429,6 @@ mod configmap {
         }
         let s: Status = embed(&pool).await.unwrap_err().into();
         assert_eq!(s.code(), tonic::Code::Unavailable);
-        assert_eq!(a.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(a.calls.load(Ordering::SeqCst), 7);
     }
 }

@@ -7,6 +7,12 @@
 //! (`--routes-configmap`, feature `kubernetes`). Either way every listed endpoint is verified
 //! by the gateway itself, pinned to the TLS key the operator saw; the table only says where
 //! to look. A table that does not parse is refused as a whole and the previous one stays.
+//!
+//! The table's `policy.json` is read once, at start, when the gateway has no `--policy`: the
+//! policy is then fixed and its digest is part of the gateway's attested scheme. A
+//! `policy.json` that changes later is refused (`policy_not_attested`, logged) and the
+//! attested policy stays: the operator delivers routes, never trust. A new policy takes a
+//! new gateway, whose evidence clients check against the policy they expect.
 
 use std::{
     collections::BTreeMap,
@@ -123,23 +129,53 @@ pub fn read_file(routes: &Path, policy: Option<&Path>) -> Result<(Vec<BackendSpe
     Ok((specs, policy, fingerprint))
 }
 
-/// Polls the routes file and applies every change to `pool`. Runs until the pool's owner
-/// drops the returned task.
-pub fn follow_file(pool: Pool, routes: PathBuf, policy: Option<PathBuf>, poll: Duration, mut last: Vec<u8>) -> tokio::task::JoinHandle<()> {
+/// Compares a policy the routing table offers with the attested one (its digest): never
+/// applied; a difference is logged as `policy_not_attested`. Returns whether it matched.
+pub fn check_offered_policy(offered: &Policy, attested: &[u8; 32]) -> bool {
+    match offered.digest() {
+        Ok(d) if d == *attested => true,
+        Ok(d) => {
+            tracing::warn!(
+                reason = "policy_not_attested",
+                attested = %hex::encode(attested),
+                offered = %hex::encode(d),
+                "the routing table offers another backend policy than the one this gateway attests: kept the attested \
+                 policy (a new policy takes a new gateway)"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(reason = "policy_not_attested", error = %e, "the routing table offers a policy that does not load");
+            false
+        }
+    }
+}
+
+/// Polls the routes file and applies every change of its routes to `pool`; a change of its
+/// `policy` file is only checked against `attested`. Runs until the pool's owner drops the
+/// returned task.
+pub fn follow_file(
+    pool: Pool,
+    routes: PathBuf,
+    policy: Option<PathBuf>,
+    attested: [u8; 32],
+    poll: Duration,
+    mut last: Vec<u8>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(poll).await;
             let (r, p) = (routes.clone(), policy.clone());
             let read = tokio::task::spawn_blocking(move || read_file(&r, p.as_deref())).await;
             match read {
-                Ok(Ok((specs, new_policy, fingerprint))) => {
+                Ok(Ok((specs, offered, fingerprint))) => {
                     if fingerprint == last {
                         continue;
                     }
                     last = fingerprint;
                     tracing::info!(backends = specs.len(), "routing table changed");
-                    if let Some(policy) = new_policy {
-                        pool.set_policy(policy);
+                    if let Some(offered) = offered {
+                        check_offered_policy(&offered, &attested);
                     }
                     pool.set_backends(&specs);
                 }
@@ -150,10 +186,42 @@ pub fn follow_file(pool: Pool, routes: PathBuf, policy: Option<PathBuf>, poll: D
     })
 }
 
-/// Watches ConfigMap `name` in `namespace` and applies its `routes.json` (and, unless the
-/// gateway has its own policy, `policy.json`) to `pool`. A deleted ConfigMap routes nowhere.
+/// Reads the `policy.json` of ConfigMap `name` once, at start, waiting (and saying so)
+/// until the operator has written a policy there (it writes `{}` until the spec is valid).
 #[cfg(feature = "kubernetes")]
-pub async fn follow_configmap(pool: Pool, name: String, namespace: String, use_policy: bool) -> Result<tokio::task::JoinHandle<()>> {
+pub async fn configmap_policy(name: &str, namespace: &str) -> Result<Policy> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let client = kube::Client::try_default().await.map_err(|e| GatewayError::Routes(format!("Kubernetes client: {e}")))?;
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, namespace);
+    let mut said = None::<String>;
+    loop {
+        let why = match api.get_opt(name).await {
+            Ok(Some(cm)) => match cm.data.unwrap_or_default().get("policy.json").map(|s| s.trim().to_owned()) {
+                Some(text) if !text.is_empty() && text != "{}" => return parse_policy(&text),
+                _ => "no policy.json yet".to_owned(),
+            },
+            Ok(None) => "no such ConfigMap yet".to_owned(),
+            Err(e) => format!("reading it failed: {e}"),
+        };
+        if said.as_ref() != Some(&why) {
+            tracing::info!(configmap = %name, namespace = %namespace, state = %why, "waiting for the operator's backend policy");
+            said = Some(why);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Watches ConfigMap `name` in `namespace` and applies its `routes.json` to `pool`; its
+/// `policy.json` is only checked against `attested` (when the gateway took its policy from
+/// there). A deleted ConfigMap routes nowhere.
+#[cfg(feature = "kubernetes")]
+pub async fn follow_configmap(
+    pool: Pool,
+    name: String,
+    namespace: String,
+    attested: Option<[u8; 32]>,
+) -> Result<tokio::task::JoinHandle<()>> {
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::runtime::{watcher, WatchStreamExt};
@@ -181,14 +249,21 @@ pub async fn follow_configmap(pool: Pool, name: String, namespace: String, use_p
             };
             let data = cm.data.unwrap_or_default();
             let routes = data.get("routes.json").cloned().unwrap_or_default();
-            let policy = if use_policy { data.get("policy.json").cloned().unwrap_or_default() } else { String::new() };
+            let policy = if attested.is_some() { data.get("policy.json").cloned().unwrap_or_default() } else { String::new() };
             if last.as_ref() == Some(&(routes.clone(), policy.clone())) {
                 continue;
             }
             let applied = (|| -> Result<()> {
                 let specs = parse(&routes)?;
-                if use_policy {
-                    pool.set_policy(parse_policy(&policy)?);
+                if let Some(attested) = &attested
+                    && last.as_ref().is_none_or(|(_, p)| *p != policy)
+                {
+                    match parse_policy(&policy) {
+                        Ok(offered) => {
+                            check_offered_policy(&offered, attested);
+                        }
+                        Err(e) => tracing::warn!(configmap = %name, reason = "policy_not_attested", error = %e, "policy.json refused"),
+                    }
                 }
                 tracing::info!(configmap = %name, backends = specs.len(), "routing table applied");
                 pool.set_backends(&specs);

@@ -38,6 +38,10 @@ pub enum RagCommand {
     Delete(DeleteArgs),
     /// Store size and every backend's verification state.
     Stats(StatsArgs),
+    /// Verify the gateway (policy, model, role, the backend policy it attests, a fresh
+    /// nonce) and print what it proved: the check to run before pointing an OpenAI client
+    /// at its HTTP port.
+    Verify(StatsArgs),
     /// nDCG@10 / Recall@100 of retrieval through the gateway on a BEIR dataset.
     Eval(EvalArgs),
     /// Ingest throughput and query latency (p50/p95) at several concurrencies, per stage.
@@ -53,6 +57,7 @@ pub fn run(cmd: RagCommand) -> Result<()> {
             RagCommand::Search(a) => search(a).await,
             RagCommand::Delete(a) => delete(a).await,
             RagCommand::Stats(a) => stats(a).await,
+            RagCommand::Verify(a) => verify(a).await,
             RagCommand::Eval(a) => eval(a).await,
             RagCommand::Bench(a) => bench(a).await,
         }
@@ -73,6 +78,10 @@ pub struct Conn {
     /// Model identity (64 hex) the gateway must prove: the identity of its tokenizer model.
     #[arg(long, env = "GELO_GATEWAY_IDENTITY")]
     pub expect_identity: Option<String>,
+    /// The policy the gateway must attest it verifies backends with (its digest is in the
+    /// gateway's attested scheme). Default: the policy the gateway itself is verified with.
+    #[arg(long, env = "GELO_GATEWAY_BACKEND_POLICY")]
+    pub backend_policy: Option<PathBuf>,
     /// Plaintext gRPC, for a gateway started with --insecure. Nothing is verified.
     #[arg(long)]
     pub insecure: bool,
@@ -83,17 +92,29 @@ pub struct Conn {
 
 impl Conn {
     pub async fn connect(&self) -> Result<RagClient<Channel>> {
-        let up = UpState::read(&state_file(self.state_dir.as_deref())).ok();
-        let from_up = |what: &str| anyhow!("no {what}: pass --{what}, or start a local pipeline with `gelo up`");
-        let gateway = match (&self.gateway, &up) {
-            (Some(g), _) => g.clone(),
-            (None, Some(u)) => u.grpc.clone(),
-            (None, None) => return Err(from_up("gateway")),
-        };
         if self.insecure {
+            let gateway = self.gateway()?;
             let ch = Channel::from_shared(format!("http://{gateway}"))?.connect().await.with_context(|| format!("connecting to {gateway}"))?;
             return Ok(client(ch));
         }
+        Ok(client(self.verify().await?.channel()))
+    }
+
+    fn gateway(&self) -> Result<String> {
+        match &self.gateway {
+            Some(g) => Ok(g.clone()),
+            None => UpState::read(&state_file(self.state_dir.as_deref()))
+                .map(|u| u.grpc)
+                .map_err(|_| anyhow!("no gateway: pass --gateway, or start a local pipeline with `gelo up`")),
+        }
+    }
+
+    /// Connects over RA-TLS and checks everything the gateway must prove; returns the
+    /// channel with what it proved.
+    pub async fn verify(&self) -> Result<attest::ratls::AttestedChannel> {
+        let up = UpState::read(&state_file(self.state_dir.as_deref())).ok();
+        let from_up = |what: &str| anyhow!("no {what}: pass --{what}, or start a local pipeline with `gelo up`");
+        let gateway = self.gateway()?;
         let policy = match (&self.policy, &up) {
             (Some(p), _) => p.clone(),
             (None, Some(u)) => u.policy.clone(),
@@ -111,6 +132,11 @@ impl Conn {
                 Ok(out)
             })
             .transpose()?;
+        let trusts = match &self.backend_policy {
+            Some(p) => Policy::from_file(p).with_context(|| format!("backend policy {}", p.display()))?,
+            None => Policy::from_file(&policy).with_context(|| format!("policy {}", policy.display()))?,
+        };
+        let trusts_file = self.backend_policy.as_ref().unwrap_or(&policy).display().to_string();
         let policy = Arc::new(Policy::from_file(&policy).with_context(|| format!("policy {}", policy.display()))?);
         let ch = attest::ratls::connect(&gateway, policy, ExpectedPeer { model_identity, ..Default::default() }, None)
             .await
@@ -118,8 +144,24 @@ impl Conn {
         if ch.peer().role() != "gateway" {
             bail!("{gateway} proved role `{}`, not gateway", ch.peer().role());
         }
+        check_backend_policy(ch.peer(), &trusts, &trusts_file).with_context(|| format!("the gateway at {gateway}"))?;
         ch.challenge().await.with_context(|| format!("fresh evidence from the gateway at {gateway}"))?;
-        Ok(client(ch.channel()))
+        Ok(ch)
+    }
+}
+
+/// The gateway must attest that it verifies backends with `expected` (by digest): otherwise
+/// it may route prompts to services this client never agreed to trust.
+pub fn check_backend_policy(gateway: &attest::Verified, expected: &Policy, name: &str) -> Result<()> {
+    let want = expected.digest().with_context(|| format!("backend policy {name}"))?;
+    match gateway::attested_backend_policy(gateway) {
+        Some(got) if got == want => Ok(()),
+        Some(got) => bail!(
+            "gateway_policy_mismatch: it attests backend policy {}, not {} ({name}): it trusts other backends than this client expects",
+            hex::encode(got),
+            hex::encode(want)
+        ),
+        None => bail!("gateway_policy_mismatch: its attested scheme names no backend policy"),
     }
 }
 
@@ -459,6 +501,20 @@ async fn delete(a: DeleteArgs) -> Result<()> {
 pub struct StatsArgs {
     #[command(flatten)]
     pub conn: Conn,
+}
+
+async fn verify(a: StatsArgs) -> Result<()> {
+    if a.conn.insecure {
+        bail!("--insecure verifies nothing");
+    }
+    let ch = a.conn.verify().await?;
+    let peer = ch.current_peer().unwrap_or_else(|| ch.peer().clone());
+    let backend_policy = gateway::attested_backend_policy(&peer).map(hex::encode);
+    let mut out = serde_json::to_value(peer.summary())?;
+    out["backend_policy_sha256"] = json!(backend_policy);
+    out["fresh_nonce"] = json!(true);
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
 }
 
 async fn stats(a: StatsArgs) -> Result<()> {
