@@ -15,6 +15,9 @@ pub enum AttestError {
     /// The AMD-SP refused or failed the guest request.
     #[error("SNP_GET_EXT_REPORT failed: {0}")]
     Firmware(String),
+    /// The derived-key request could not be made (the device did not open) or failed.
+    #[error("SNP_GET_DERIVED_KEY failed: {0}")]
+    DerivedKey(String),
     /// Neither the extended report nor the configured cache holds a usable VCEK chain.
     #[error("no VCEK certificate chain: {0}")]
     MissingCertificates(String),

@@ -5,6 +5,7 @@
 //! - [`binding`]: what REPORT_DATA commits to (model, scheme, TLS key, nonce).
 //! - [`report`]: the ATTESTATION_REPORT layout and its raw signature.
 //! - [`issuer`]: reports from `/dev/sev-guest` (`HardwareIssuer`) or a mock AMD-SP (`MockIssuer`).
+//! - [`derived_key`]: keys the AMD-SP derives from the launch (`SNP_GET_DERIVED_KEY`), for sealing.
 //! - [`verify`]: where evidence is verified; every rejection is a distinct `VerifyError`.
 //! - [`policy`]: what a verifier accepts (JSON/YAML).
 //! - [`ratls`]: RA-TLS certificates, rustls verifiers (`ratls::danger`), tonic transport.
@@ -14,6 +15,7 @@
 
 pub mod amd;
 pub mod binding;
+pub mod derived_key;
 mod error;
 pub mod evidence;
 pub mod issuer;

@@ -5,7 +5,8 @@
 //! - `store.redb`: the `store::EncryptedRedbStore` (every record AES-256-GCM sealed);
 //! - `store.json`: `{"dimension": N}`, so a restarted gateway opens the store before any
 //!   embedder answers (the dimension is not secret: the file's record sizes reveal it anyway);
-//! - `sealing.key`: the sealing key, in mock mode only (see [`KeySource`]).
+//! - `sealing.key`: the sealing key, in mock mode only (see [`KeySource`]); on SEV-SNP
+//!   hardware the key is derived by the AMD-SP and never written anywhere.
 //!
 //! The store is created lazily by the first embedding, because only the embedder knows the
 //! dimension and the gateway must start (and fail closed) without a verified embedder.
@@ -15,6 +16,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use attest::{IssuerKind, derived_key::DerivedKeySource};
 use store::{EncryptedRedbStore, SealingKey, VectorStore};
 
 use crate::error::{GatewayError, Result};
@@ -29,9 +31,20 @@ pub enum KeySource {
     /// A key file, created with a fresh random key on first use. Mock mode: whoever can read
     /// the file can read the store.
     File(PathBuf),
-    /// Derived by the AMD-SP from the launch measurement (`SNP_GET_DERIVED_KEY`), so only the
-    /// same attested image can reopen the store. See [`snp_derived_sealing_key`].
+    /// Derived by the AMD-SP from this chip, the launch measurement and the guest policy
+    /// (`SNP_GET_DERIVED_KEY`), so only the same attested image on the same host can reopen
+    /// the store. See [`snp_derived_sealing_key`].
     SnpDerived,
+}
+
+/// The gateway's choice: an explicit key file wins; otherwise `DATA_DIR/sealing.key` with
+/// mock attestation and the SEV-SNP derived key on hardware (never a file there).
+pub fn key_source(sealing_key_file: Option<&Path>, data_dir: &Path, issuer: IssuerKind) -> KeySource {
+    match (sealing_key_file, issuer) {
+        (Some(f), _) => KeySource::File(f.to_path_buf()),
+        (None, IssuerKind::Mock) => KeySource::File(data_dir.join(KEY_FILE)),
+        (None, IssuerKind::SevSnp) => KeySource::SnpDerived,
+    }
 }
 
 pub fn sealing_key(source: &KeySource) -> Result<SealingKey> {
@@ -41,17 +54,28 @@ pub fn sealing_key(source: &KeySource) -> Result<SealingKey> {
     }
 }
 
-/// HOOK — SEV-SNP derived sealing key. On hardware the key must come from
-/// `SNP_GET_DERIVED_KEY` (`/dev/sev-guest`), mixing in the launch measurement (and, ideally,
-/// the guest SVN and TCB), so that a store copied off the host opens only inside the same
-/// attested image. `gelo-attest` has no API for the derived-key request yet (only the report
-/// request), so this refuses rather than fall back to a key file silently; give the gateway
-/// `--sealing-key-file` explicitly until it exists.
+/// The purpose label the store's key is derived under (see
+/// [`DerivedKeySource::derive_for`]): a new label, a new key.
+pub const SEALING_KEY_PURPOSE: &str = "gelo/gateway/docstore-sealing-key/v1";
+
+/// The sealing key from the AMD-SP (`/dev/sev-guest`, `attest::derived_key::SnpDerivedKey`).
+/// Refuses, saying what failed, when the device cannot be opened or the firmware refuses:
+/// never a silent fallback to a key file.
 pub fn snp_derived_sealing_key() -> Result<SealingKey> {
-    Err(GatewayError::Config(
-        "the SEV-SNP derived sealing key (SNP_GET_DERIVED_KEY) is not implemented yet: gelo-attest has no derived-key API; \
-         pass --sealing-key-file to seal the store with a key file"
-            .into(),
+    let firmware = attest::derived_key::SnpDerivedKey::from_env().map_err(derived_key_unavailable)?;
+    derived_sealing_key(&firmware)
+}
+
+/// The sealing key from any derived-key source: the AMD-SP on hardware, a seeded stand-in
+/// in tests.
+pub fn derived_sealing_key(source: &dyn DerivedKeySource) -> Result<SealingKey> {
+    let key = source.derive_for(SEALING_KEY_PURPOSE).map_err(derived_key_unavailable)?;
+    Ok(SealingKey::from_bytes(key))
+}
+
+fn derived_key_unavailable(e: attest::AttestError) -> GatewayError {
+    GatewayError::Config(format!(
+        "the SEV-SNP derived sealing key is unavailable ({e}); pass --sealing-key-file to seal the store with a key file"
     ))
 }
 
@@ -158,8 +182,42 @@ mod tests {
     }
 
     #[test]
-    fn the_derived_key_hook_refuses_instead_of_falling_back() {
+    fn hardware_without_a_key_file_seals_with_the_derived_key() {
+        let data = Path::new("/data");
+        assert_eq!(key_source(None, data, IssuerKind::SevSnp), KeySource::SnpDerived);
+        assert_eq!(key_source(None, data, IssuerKind::Mock), KeySource::File(data.join(KEY_FILE)));
+        let file = Path::new("/keys/k");
+        assert_eq!(key_source(Some(file), data, IssuerKind::SevSnp), KeySource::File(file.into()));
+    }
+
+    #[test]
+    fn the_store_opens_with_the_derived_key_and_not_with_another_images() {
+        use attest::derived_key::danger::SeededDerivedKey;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let image_a = SeededDerivedKey::new(b"measurement A");
+        let s = DocStore::open(&data, derived_sealing_key(&image_a).unwrap()).unwrap();
+        s.get_or_create(4).unwrap();
+        drop(s);
+        // The same launch derives the same key: the store reopens.
+        let again = DocStore::open(&data, derived_sealing_key(&SeededDerivedKey::new(b"measurement A")).unwrap()).unwrap();
+        assert_eq!(again.get().expect("opened at start").dimension(), 4);
+        drop(again);
+        // Another image (another measurement) derives another key: the store stays shut.
+        let image_b = SeededDerivedKey::new(b"measurement B");
+        let err = DocStore::open(&data, derived_sealing_key(&image_b).unwrap()).err().expect("another key must not open it");
+        assert!(matches!(err, GatewayError::Store(store::StoreError::WrongKey)), "{err}");
+        // Nothing about the key was written next to the store.
+        assert!(!data.join(KEY_FILE).exists());
+    }
+
+    #[test]
+    fn without_the_guest_device_the_derived_key_refuses_and_says_why() {
+        if Path::new(attest::issuer::SEV_GUEST_DEVICE).exists() {
+            return; // an SEV-SNP guest: the key is derived instead
+        }
         let e = sealing_key(&KeySource::SnpDerived).unwrap_err().to_string();
         assert!(e.contains("SNP_GET_DERIVED_KEY") && e.contains("--sealing-key-file"), "{e}");
+        assert!(e.contains(attest::issuer::SEV_GUEST_DEVICE), "names the device that did not open: {e}");
     }
 }

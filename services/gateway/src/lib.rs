@@ -160,11 +160,7 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     .await??;
 
     // 4. The store and its key.
-    let key_source = match (&cfg.sealing_key_file, issuer_kind) {
-        (Some(f), _) => docstore::KeySource::File(f.clone()),
-        (None, IssuerKind::Mock) => docstore::KeySource::File(cfg.data_dir.join(docstore::KEY_FILE)),
-        (None, IssuerKind::SevSnp) => docstore::KeySource::SnpDerived,
-    };
+    let key_source = docstore::key_source(cfg.sealing_key_file.as_deref(), &cfg.data_dir, issuer_kind);
     let data_dir = cfg.data_dir.clone();
     let store = tokio::task::spawn_blocking(move || -> Result<docstore::DocStore> {
         std::fs::create_dir_all(&data_dir).map_err(GatewayError::file(&data_dir))?;

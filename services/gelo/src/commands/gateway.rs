@@ -93,7 +93,7 @@ pub struct GatewayArgs {
     #[arg(long, env = "GELO_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// Sealing key file (created if missing). Default: DATA_DIR/sealing.key with mock
-    /// attestation; on SEV-SNP hardware the derived key (not implemented yet: give a file).
+    /// attestation; on SEV-SNP hardware the key the AMD-SP derives for this image (no file).
     #[arg(long, env = "GELO_SEALING_KEY_FILE")]
     pub sealing_key_file: Option<PathBuf>,
     /// Passage size in embedder tokens.
