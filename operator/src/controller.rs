@@ -466,6 +466,10 @@ async fn resolve_policy(ctx: &Context, ns: &str, valid: &ValidSpec) -> Result<Re
     let t = valid.min_tcb;
     policy.min_tcb = attest::Tcb { bootloader: t.bootloader, tee: t.tee, snp: t.snp, microcode: t.microcode };
     policy.protections = valid.protections.clone();
+    if let Some(probes) = valid.masked_min_probes {
+        // The spec names its masked pods' probe count; never more lenient than it says.
+        policy.masked.min_verify_probes = probes.into();
+    }
     if !valid.scheme_identities.is_empty() {
         policy.scheme_identities = Some(valid.scheme_identities.iter().map(|s| attest::Hex(*s)).collect());
     }

@@ -86,6 +86,13 @@ pub struct ComponentSpec {
     /// scheme.
     #[serde(default)]
     pub protection: Protection,
+    /// U-Verify probes per weight under `masked` (each misses a wrong product with
+    /// probability at most 1/6); recorded in the attested scheme. Below the default, the
+    /// pipeline's policy accepts the lower count for this pipeline's pods only because the
+    /// spec names it.
+    #[serde(default = "default_verify_probes")]
+    #[schemars(range(min = 0, max = 16))]
+    pub verify_probes: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuSpec>,
     /// RuntimeClass of the pods, e.g. a Kata SEV-SNP class (`kata-qemu-snp`).
@@ -93,6 +100,11 @@ pub struct ComponentSpec {
     pub runtime_class_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+}
+
+/// The services' default (`gelo serve --verify-probes`).
+fn default_verify_probes() -> i32 {
+    2
 }
 
 /// The gateway: runs the RAG flow, routes to verified pods, and is what clients reach.
@@ -434,6 +446,7 @@ pub struct ComponentView<'a> {
     pub replicas: i32,
     pub engine: Option<Engine>,
     pub protection: Option<Protection>,
+    pub verify_probes: Option<i32>,
     pub gpu: Option<&'a GpuSpec>,
     pub runtime_class_name: Option<&'a str>,
     pub resources: Option<&'a Resources>,
@@ -451,6 +464,7 @@ impl PrivateRAGPipelineSpec {
                 replicas: self.gateway.replicas,
                 engine: None,
                 protection: None,
+                verify_probes: None,
                 gpu: None,
                 runtime_class_name: self.gateway.runtime_class_name.as_deref(),
                 resources: self.gateway.resources.as_ref(),
@@ -471,6 +485,7 @@ impl ComponentSpec {
             replicas: self.replicas,
             engine: Some(self.engine),
             protection: Some(self.protection),
+            verify_probes: Some(self.verify_probes),
             gpu: self.gpu.as_ref(),
             runtime_class_name: self.runtime_class_name.as_deref(),
             resources: self.resources.as_ref(),

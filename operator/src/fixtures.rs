@@ -37,7 +37,7 @@ fn hub(repo: &str, id: &str) -> ModelSource {
 }
 
 fn component(model: ModelSource) -> ComponentSpec {
-    ComponentSpec { model, replicas: 1, engine: Engine::Cpu, protection: Default::default(), gpu: None, runtime_class_name: None, resources: None }
+    ComponentSpec { model, replicas: 1, engine: Engine::Cpu, protection: Default::default(), verify_probes: 2, gpu: None, runtime_class_name: None, resources: None }
 }
 
 impl PrivateRAGPipelineSpec {

@@ -266,6 +266,9 @@ pub fn deployment(
     if let Some(protection) = view.protection {
         args.extend(["--protection".into(), protection.as_str().into()]);
     }
+    if let Some(probes) = view.verify_probes {
+        args.extend(["--verify-probes".into(), probes.to_string()]);
+    }
     if c == Component::Gateway {
         args.extend(["--routes-configmap".into(), names.routes()]);
     }

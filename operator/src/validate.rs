@@ -57,6 +57,9 @@ pub struct ValidSpec {
     /// The protections the spec's components run (`sealed` first): what the attestation
     /// policy accepts from model services, and nothing weaker.
     pub protections: Vec<String>,
+    /// The fewest U-Verify probes a masked component of the spec runs (the policy's
+    /// `masked.min_verify_probes`); `None` without masked components.
+    pub masked_min_probes: Option<u32>,
     pub period: std::time::Duration,
 }
 
@@ -194,8 +197,15 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
             protections.push(p);
         }
     }
+    let masked_min_probes = spec
+        .components()
+        .filter(|v| v.protection.is_some_and(|p| p.as_str() == "masked"))
+        .filter_map(|v| v.verify_probes)
+        .map(|p| p.max(0) as u32)
+        .min();
     Ok(ValidSpec {
         models,
+        masked_min_probes,
         measurements,
         min_tcb: att.minimum_tcb.unwrap_or_default(),
         roots,

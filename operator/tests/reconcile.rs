@@ -179,6 +179,9 @@ async fn every_owned_object_is_created_with_an_owner_reference() {
     // The spec names no protection, so the pod gets the secure default: sealed.
     let protection = args.iter().position(|a| *a == "--protection").map(|i| args[i + 1]);
     assert_eq!(protection, Some("sealed"), "{args:?}");
+    // U-Verify at the services' default, explicit in the pod (it matters under masked).
+    let probes = args.iter().position(|a| *a == "--verify-probes").map(|i| args[i + 1]);
+    assert_eq!(probes, Some("2"), "{args:?}");
     // Services route only to attested pods.
     let svc = w.api.get(SERVICES, NS, "demo-gateway").expect("gateway service");
     assert_eq!(svc.pointer("/spec/selector/gelo.dev~1attested"), Some(&json!("true")));

@@ -107,6 +107,44 @@ fn default_protections() -> Vec<String> {
     vec![SEALED.to_owned()]
 }
 
+/// What a model service running `masked` must have in its attested scheme
+/// (`protocol.masked`), checked only when `protections` lists `masked`. The defaults are
+/// the project's defaults: a scheme weaker in any of these is refused unless the policy
+/// names it (`scheme_setting_not_allowed`, naming the field).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaskedRequirements {
+    /// Mask families accepted (`protocol.masked.mask`).
+    #[serde(default = "default_mask_families")]
+    pub mask_families: Vec<String>,
+    /// Fewest shield rows per sequence (`protocol.masked.shield.rows`).
+    #[serde(default = "default_min_shield_rows")]
+    pub min_shield_rows: u64,
+    /// Fewest U-Verify probes per weight (`protocol.masked.verify.probes`; off counts 0).
+    #[serde(default = "default_min_verify_probes")]
+    pub min_verify_probes: u64,
+}
+
+fn default_mask_families() -> Vec<String> {
+    vec!["auto".to_owned()]
+}
+fn default_min_shield_rows() -> u64 {
+    8
+}
+fn default_min_verify_probes() -> u64 {
+    2
+}
+
+impl Default for MaskedRequirements {
+    fn default() -> Self {
+        Self {
+            mask_families: default_mask_families(),
+            min_shield_rows: default_min_shield_rows(),
+            min_verify_probes: default_min_verify_probes(),
+        }
+    }
+}
+
 /// The protection every model service must run unless a policy names another: the one
 /// whose engine receives nothing (docs/SECURITY.md).
 pub const SEALED: &str = "sealed";
@@ -152,6 +190,9 @@ pub struct Policy {
     /// lists a weaker one (`masked`, `plaintext`). A scheme without one is refused.
     #[serde(default = "default_protections")]
     pub protections: Vec<String>,
+    /// What `masked` must include when `protections` lists it.
+    #[serde(default)]
+    pub masked: MaskedRequirements,
     /// Check the certificates' notBefore/notAfter against the clock.
     #[serde(default = "yes")]
     pub check_certificate_validity: bool,
@@ -187,6 +228,7 @@ impl Default for Policy {
             scheme_identities: None,
             roles: None,
             protections: default_protections(),
+            masked: MaskedRequirements::default(),
             check_certificate_validity: true,
             require_vcek_hwid: true,
             crls: Vec::new(),

@@ -441,16 +441,25 @@ fn allowlists_pin_chips_models_schemes_and_roles() {
     assert_eq!(v.verify(&e, &expected(), &p), Err(VerifyError::VmplNotAllowed(0)));
 }
 
+/// A masked scheme's `protocol` at the project's defaults, as `protocol::Scheme` writes it.
+const MASKED: &str = r#"{"executor":"masked","masked":{"mask":"auto","shield":{"rows":8,"energy":4.0},"verify":{"probes":2,"range":3}}}"#;
+
 #[test]
 fn model_services_must_run_the_protection_the_policy_names() {
     // Evidence for a model service whose attested scheme names `executor`.
-    let with = |role: &str, executor: Option<&str>| {
-        let protocol = executor.map(|x| format!(r#","protocol":{{"executor":"{x}"}}"#)).unwrap_or_default();
+    let with_protocol = |role: &str, protocol: Option<String>| {
+        let protocol = protocol.map(|p| format!(r#","protocol":{p}"#)).unwrap_or_default();
         let scheme = format!(r#"{{"role":"{role}"{protocol}}}"#);
         let claims = ServiceClaims { model_identity: MODEL, scheme_json: scheme.clone(), role: role.into() };
         let e = issue_evidence(&issuer(), &claims, TLS_KEY, &NONCE).unwrap();
         let x = ExpectedBinding { scheme_identity: Some(attest::scheme_identity(&scheme).unwrap()), ..expected() };
         (e, x)
+    };
+    let with = |role: &str, executor: Option<&str>| match executor {
+        // masked as a service attests it by default (the `auto` family, 8 shield rows, 2 probes)
+        Some("masked") => with_protocol(role, Some(MASKED.to_owned())),
+        Some(x) => with_protocol(role, Some(format!(r#"{{"executor":"{x}"}}"#))),
+        None => with_protocol(role, None),
     };
     let v = Verifier::new();
     let refused = |role: &str, executor: Option<&str>, p: &Policy| {
@@ -480,6 +489,30 @@ fn model_services_must_run_the_protection_the_policy_names() {
     let (e, x) = with("generator", Some("masked"));
     assert!(v.verify(&e, &x, &p).is_ok());
     refused("generator", Some("plaintext"), &p);
+    // Masked weaker than the policy's masked requirements (the project's defaults unless the
+    // policy says otherwise): refused, naming the field.
+    for (weaker, field) in [
+        (MASKED.replace(r#""rows":8"#, r#""rows":0"#), "protocol.masked.shield.rows"),
+        (MASKED.replace(r#"{"probes":2,"range":3}"#, "null"), "protocol.masked.verify.probes"),
+        (MASKED.replace(r#""probes":2"#, r#""probes":1"#), "protocol.masked.verify.probes"),
+        (MASKED.replace(r#""mask":"auto""#, r#""mask":"haar""#), "protocol.masked.mask"),
+        (r#"{"executor":"masked"}"#.to_owned(), "protocol.masked.mask"),
+    ] {
+        assert_ne!(weaker, MASKED);
+        let (e, x) = with_protocol("embedder", Some(weaker.clone()));
+        match v.verify(&e, &x, &p) {
+            Err(err @ VerifyError::SchemeSettingNotAllowed { .. }) => {
+                assert_eq!(err.reason(), "scheme_setting_not_allowed");
+                assert!(err.to_string().contains(field), "{weaker}: {err}");
+            }
+            other => panic!("{weaker}: expected scheme_setting_not_allowed, got {other:?}"),
+        }
+    }
+    let mut lenient = policy().allow_protection("masked");
+    lenient.masked.mask_families.push("haar".into());
+    lenient.masked.min_shield_rows = 0;
+    let (e, x) = with_protocol("embedder", Some(MASKED.replace(r#""mask":"auto""#, r#""mask":"haar""#).replace(r#""rows":8"#, r#""rows":0"#)));
+    assert!(v.verify(&e, &x, &lenient).is_ok(), "what the policy names is accepted");
     // A YAML policy lists them the same way.
     let yaml: Policy = Policy::from_yaml("protections: [sealed, masked]\nallow_any_measurement: true").unwrap();
     assert_eq!(yaml.protections, vec!["sealed".to_string(), "masked".to_string()]);

@@ -73,23 +73,29 @@ impl Backend {
         Self::start_running(id, role, at, calls, Some("sealed")).await
     }
 
-    /// A backend whose attested scheme names `executor` as its protection (`None`: none).
+    /// A backend whose attested scheme names `executor` as its protection (`None`: none);
+    /// `masked` with the project's default settings.
     async fn start_running(id: f32, role: &str, at: Option<SocketAddr>, calls: Arc<AtomicUsize>, executor: Option<&str>) -> Backend {
-        Self::start_signed(id, role, at, calls, executor, &pki_dir()).await
+        let protocol = executor.map(|x| match x {
+            "masked" => masked_protocol(|_| {}),
+            x => serde_json::json!({ "executor": x }),
+        });
+        Self::start_signed(id, role, at, calls, protocol, &pki_dir()).await
     }
 
-    /// A backend whose evidence comes from the mock PKI in `pki`.
+    /// A backend attesting `protocol` as its scheme's protocol, with evidence from the mock
+    /// PKI in `pki`.
     async fn start_signed(
         id: f32,
         role: &str,
         at: Option<SocketAddr>,
         calls: Arc<AtomicUsize>,
-        executor: Option<&str>,
+        protocol: Option<serde_json::Value>,
         pki: &std::path::Path,
     ) -> Backend {
         let issuer = Arc::new(MockIssuer::load_or_create(pki).unwrap());
-        let scheme = match executor {
-            Some(x) => serde_json::json!({ "role": role, "protocol": { "executor": x } }),
+        let scheme = match protocol {
+            Some(p) => serde_json::json!({ "role": role, "protocol": p }),
             None => serde_json::json!({ "role": role }),
         };
         let claims = ServiceClaims { model_identity: MODEL, scheme_json: scheme.to_string(), role: role.into() };
@@ -132,6 +138,17 @@ impl Backend {
     fn spec(&self) -> BackendSpec {
         BackendSpec { role: Role::Embedder, endpoint: self.addr.to_string(), model_identity: Some(MODEL), scheme_identity: None, tls_spki_sha256: None }
     }
+}
+
+/// A masked scheme's `protocol` as a service attests it (the project's defaults: the
+/// `auto` family, 8 shield rows, U-Verify with 2 probes), changed by `edit`.
+fn masked_protocol(edit: impl FnOnce(&mut serde_json::Value)) -> serde_json::Value {
+    let mut p = serde_json::json!({
+        "executor": "masked",
+        "masked": { "mask": "auto", "shield": { "rows": 8, "energy": 4.0 }, "verify": { "probes": 2, "range": 3 } },
+    });
+    edit(&mut p);
+    p
 }
 
 async fn embed(pool: &Pool) -> Result<f32, gateway::GatewayError> {
@@ -320,6 +337,41 @@ async fn backends_running_a_weaker_protection_than_the_policy_names_are_never_ca
     assert_eq!(plaintext.calls.load(Ordering::SeqCst) + unnamed.calls.load(Ordering::SeqCst), 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masked_backends_weaker_than_the_pinned_scheme_are_never_called_and_the_refusal_names_the_field() {
+    let start = |id: f32, protocol: serde_json::Value| async move {
+        Backend::start_signed(id, "embedder", None, Arc::default(), Some(protocol), &pki_dir()).await
+    };
+    let conforming = start(1.0, masked_protocol(|_| {})).await;
+    let plaintext = start(2.0, serde_json::json!({ "executor": "plaintext" })).await;
+    let no_shield = start(3.0, masked_protocol(|p| p["masked"]["shield"]["rows"] = 0.into())).await;
+    let no_verify = start(4.0, masked_protocol(|p| p["masked"]["verify"] = serde_json::Value::Null)).await;
+    let haar = start(5.0, masked_protocol(|p| p["masked"]["mask"] = "haar".into())).await;
+    let weaker = [(&plaintext, "protection_not_allowed", "plaintext"), (&no_shield, "scheme_setting_not_allowed", "protocol.masked.shield.rows"),
+        (&no_verify, "scheme_setting_not_allowed", "protocol.masked.verify.probes"), (&haar, "scheme_setting_not_allowed", "protocol.masked.mask")];
+    let mut specs = vec![conforming.spec()];
+    specs.extend(weaker.iter().map(|(b, _, _)| b.spec()));
+    // A policy that names masked: with the project's masked settings pinned by default.
+    let pool = Pool::new(policy().allow_protection("masked"), None, fast());
+    pool.set_backends(&specs);
+    verified(&pool, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the others fail at least once
+    for _ in 0..8 {
+        assert_eq!(embed(&pool).await.unwrap(), 1.0, "only the conforming backend answers");
+    }
+    for (b, reason, field) in weaker {
+        assert_eq!(b.calls.load(Ordering::SeqCst), 0, "{field}: called");
+        let st = pool.status().into_iter().find(|s| s.endpoint == b.addr.to_string()).expect("listed");
+        assert!(!st.verified && st.reason.starts_with(reason) && st.reason.contains(field), "{field}: {}", st.reason);
+    }
+    // Naming the family in the policy accepts it.
+    let mut haar_too = policy().allow_protection("masked");
+    haar_too.masked.mask_families.push("haar".into());
+    let pool = Pool::new(haar_too, None, fast());
+    pool.set_backends(&[conforming.spec(), haar.spec()]);
+    verified(&pool, 2).await;
+}
+
 #[cfg(feature = "kubernetes")]
 #[path = "../../../operator/tests/support/apiserver.rs"]
 mod apiserver;
@@ -376,7 +428,8 @@ mod configmap {
         // Whoever writes the ConfigMap adds a root of its own and allows any measurement, and
         // routes to a backend only that policy accepts: the gateway keeps its attested policy.
         let rogue_pki = dir.path().join("rogue-pki");
-        let rogue = Backend::start_signed(7.0, "embedder", None, Arc::default(), Some("sealed"), &rogue_pki).await;
+        let sealed = Some(serde_json::json!({ "executor": "sealed" }));
+        let rogue = Backend::start_signed(7.0, "embedder", None, Arc::default(), sealed, &rogue_pki).await;
         let mut wider = policy();
         wider.trusted_roots.push(TrustedRoot::MockPem(MockPki::load_or_create(&rogue_pki).unwrap().ark_pem()));
         wider.allow_any_measurement = true;

@@ -4,8 +4,9 @@
 //! An engine failure that leaves the model unusable (the device lost, say) flips it for
 //! good: the process stays up, reports NOT_SERVING for the server and each of its
 //! services, and answers every request with UNAVAILABLE and the reason, so routers stop
-//! sending to it and a supervisor can replace it. An integrity failure does not: that
-//! request fails with DATA_LOSS and the next one is checked afresh.
+//! sending to it and a supervisor can replace it. So does an integrity failure (a product
+//! that failed U-Verify): that request fails with DATA_LOSS, and an engine that returned
+//! one wrong product is not trusted with another, so the service stops serving too.
 
 use std::sync::{Arc, Mutex};
 
@@ -88,10 +89,13 @@ impl Health {
         }
     }
 
-    /// Fails the service if `e` leaves the engine unable to serve anything.
+    /// Fails the service if `e` leaves the engine unable to serve anything, or shows it
+    /// returned a wrong product.
     pub fn observe(&self, e: &ModelError) {
         if let Some(engine) = fatal_engine_error(e) {
             self.fail(format!("engine {engine}"));
+        } else if let ModelError::Protocol(ProtocolError::Integrity(v)) = e {
+            self.fail(format!("integrity: the engine returned a product that failed U-Verify ({v})"));
         }
     }
 

@@ -1,4 +1,5 @@
-//! A tampering GPU: the service answers DATA_LOSS with the reason, never a wrong vector.
+//! A tampering GPU: the service answers DATA_LOSS with the reason, never a wrong vector,
+//! and then stops serving.
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -62,7 +63,9 @@ async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
     let exec = Arc::new(MaskedExecutor::new(engine, cfg).unwrap());
     let embedder: Arc<dyn models::Embedder> = models::load_embedder(&minilm(), exec.clone(), &Default::default()).unwrap().into();
     let metrics = Metrics::new("embedder");
-    let svc = EmbedderService::new(embedder, Limits::default(), metrics.clone(), Arc::new(|| 0.0), Health::new());
+    let health = Health::new();
+    health.set_serving();
+    let svc = EmbedderService::new(embedder, Limits::default(), metrics.clone(), Arc::new(|| 0.0), health.clone());
     let req = || tonic::Request::new(EmbedRequest { texts: vec!["integrity".into()], ..Default::default() });
     let ok = svc.embed(req()).await.expect("honest engine");
     assert_eq!(ok.into_inner().embeddings[0].values.len(), 384);
@@ -72,4 +75,12 @@ async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
     assert!(err.message().contains("integrity"), "{}", err.message());
     assert!(matches!(exec.integrity(), protocol::IntegrityStatus::Compromised { .. }));
     assert!(metrics.encode().contains("gelo_integrity_failures_total{role=\"embedder\"} 1"), "{}", metrics.encode());
+
+    // An engine that returned one wrong product gets no more work: NOT_SERVING, and even
+    // with the engine honest again every request is refused with the reason.
+    assert!(matches!(health.state(), server::health::State::Failed(ref r) if r.contains("integrity")), "{:?}", health.state());
+    tamper.store(false, std::sync::atomic::Ordering::SeqCst);
+    let refused = svc.embed(req()).await.expect_err("a compromised service keeps refusing");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{}", refused.message());
+    assert!(refused.message().contains("integrity"), "{}", refused.message());
 }

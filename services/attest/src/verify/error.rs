@@ -116,6 +116,8 @@ pub enum VerifyError {
     RoleNotAllowed(String),
     #[error("{role} runs protection {protection:?} (scheme field protocol.executor); the policy allows {allowed:?}")]
     ProtectionNotAllowed { role: String, protection: String, allowed: Vec<String> },
+    #[error("{role} runs {field} = {value}; the policy allows {allowed}")]
+    SchemeSettingNotAllowed { role: String, field: &'static str, value: String, allowed: String },
     #[error("the policy is unusable: {0}")]
     PolicyInvalid(String),
 }
@@ -167,6 +169,7 @@ impl VerifyError {
             SchemeIdentityNotAllowed(_) => "scheme_identity_not_allowed",
             RoleNotAllowed(_) => "role_not_allowed",
             ProtectionNotAllowed { .. } => "protection_not_allowed",
+            SchemeSettingNotAllowed { .. } => "scheme_setting_not_allowed",
             PolicyInvalid(_) => "policy_invalid",
         }
     }
@@ -220,5 +223,6 @@ pub const REASONS: &[&str] = &[
     "scheme_identity_not_allowed",
     "role_not_allowed",
     "protection_not_allowed",
+    "scheme_setting_not_allowed",
     "policy_invalid",
 ];

@@ -258,6 +258,9 @@ impl Verifier {
                     allowed: policy.protections.clone(),
                 });
             }
+            if protection == "masked" {
+                check_masked(&evidence.role, &scheme, &policy.masked)?;
+            }
         }
 
         Ok(Verified {
@@ -482,6 +485,27 @@ fn check_min_tcb(got: Tcb, min: Tcb) -> Result<(), VerifyError> {
         if got < min {
             return Err(VerifyError::TcbTooLow { component, got, min });
         }
+    }
+    Ok(())
+}
+
+/// A masked scheme's settings against what the policy requires of them.
+fn check_masked(role: &str, scheme: &serde_json::Value, required: &crate::policy::MaskedRequirements) -> Result<(), VerifyError> {
+    let refuse = |field: &'static str, value: String, allowed: String| {
+        Err(VerifyError::SchemeSettingNotAllowed { role: role.to_owned(), field, value, allowed })
+    };
+    let mask = scheme.pointer("/protocol/masked/mask").and_then(|m| m.as_str()).unwrap_or("none");
+    if !required.mask_families.iter().any(|f| f == mask) {
+        return refuse("protocol.masked.mask", mask.to_owned(), format!("{:?}", required.mask_families));
+    }
+    let rows = scheme.pointer("/protocol/masked/shield/rows").and_then(|r| r.as_u64()).unwrap_or(0);
+    if rows < required.min_shield_rows {
+        return refuse("protocol.masked.shield.rows", rows.to_string(), format!(">= {}", required.min_shield_rows));
+    }
+    // U-Verify off is `verify: null`: no probes.
+    let probes = scheme.pointer("/protocol/masked/verify/probes").and_then(|p| p.as_u64()).unwrap_or(0);
+    if probes < required.min_verify_probes {
+        return refuse("protocol.masked.verify.probes", probes.to_string(), format!(">= {}", required.min_verify_probes));
     }
     Ok(())
 }

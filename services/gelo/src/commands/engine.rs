@@ -51,8 +51,9 @@ pub struct ProtocolArgs {
     /// nearest-neighbour attack; see docs/SECURITY.md).
     #[arg(long, env = "GELO_DECODE_MASKS", default_value = "per-sequence")]
     pub decode_masks: DecodeMasks,
-    /// U-Verify probes per weight (0: off).
-    #[arg(long, env = "GELO_VERIFY_PROBES", default_value_t = 0)]
+    /// U-Verify probes per weight under `masked` (0: off, which the default policy
+    /// refuses). Each probe misses a wrong product with probability 1/6.
+    #[arg(long, env = "GELO_VERIFY_PROBES", default_value_t = 2)]
     pub verify_probes: usize,
     /// Host memory (MiB) a Vulkan engine may keep in recycled buffers of masked operands
     /// and results (0: none).
