@@ -13,3 +13,6 @@ stage bert_gpu 180 "$bin" bench model --arch bert-base --engine vulkan --batch 3
 stage bert_cpu 180 "$bin" bench model --arch bert-base --engine cpu --batch 32 --n 256 --reps 3
 stage qwen17_gpu 240 "$bin" bench model --arch qwen3-1.7b --engine vulkan --decode --batch 1,8,32 --prompt 32 --steps 16 --reps 2
 stage qwen17_cpu 300 "$bin" bench model --arch qwen3-1.7b --engine cpu --decode --batch 1,8,32 --prompt 32 --steps 16 --reps 2
+# U-Verify at the services' default (2 probes) under masked, against the runs above (probes 0).
+stage bert_gpu_verify 180 "$bin" bench model --arch bert-base --engine vulkan --batch 32 --n 256 --reps 3 --verify-probes 2
+stage qwen17_gpu_verify 240 "$bin" bench model --arch qwen3-1.7b --engine vulkan --decode --batch 1,8,32 --prompt 32 --steps 16 --reps 2 --verify-probes 2
