@@ -15,6 +15,9 @@ fi
 GELO_BIN="$CARGO_TARGET_DIR/debug/gelo" scripts/snpguest-interop.sh
 # Kubernetes manifests (CRD, operator-built objects, chart, sample) against the 1.37 schemas.
 scripts/validate-manifests.sh
+# The chart, the CRD and the operator against a real kube-apiserver, etcd and controller
+# manager, with the real kubectl and helm (built once from their Go modules; docs/KUBERNETES.md).
+e2e/apiserver/run.sh
 # The official openai Python client against `gelo up` (needs `pip install openai`; .ci/run does it).
 python3 scripts/openai_client_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo"
 # Confidentiality evidence: the attack harness at CI size; exits non-zero on a gate (docs/SECURITY.md).

@@ -264,7 +264,7 @@ pub struct AttestationSpec {
     pub scheme_identities: Vec<String>,
     /// How often every ready pod is challenged again with a fresh nonce.
     #[serde(default = "default_period")]
-    #[schemars(range(min = 2, max = 3600))]
+    #[schemars(range(min = 2, max = 3600), extend("format" = "int32"))]
     pub period_seconds: u32,
 }
 
@@ -276,12 +276,16 @@ fn default_period() -> u32 {
 #[serde(rename_all = "camelCase")]
 pub struct TcbSpec {
     #[serde(default)]
+    #[schemars(extend("format" = "int32"), range(max = 255))]
     pub bootloader: u8,
     #[serde(default)]
+    #[schemars(extend("format" = "int32"), range(max = 255))]
     pub tee: u8,
     #[serde(default)]
+    #[schemars(extend("format" = "int32"), range(max = 255))]
     pub snp: u8,
     #[serde(default)]
+    #[schemars(extend("format" = "int32"), range(max = 255))]
     pub microcode: u8,
 }
 
@@ -398,6 +402,7 @@ pub struct EndpointStatus {
     pub component: String,
     pub pod: String,
     pub ip: String,
+    #[schemars(extend("format" = "int32"), range(max = 65535))]
     pub port: u16,
     /// SHA-256 of the pod's TLS SubjectPublicKeyInfo: clients pin it.
     pub tls_spki_sha256: String,
