@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The chart, the CRD and the operator against a real Kubernetes control plane on loopback
-# (etcd, kube-apiserver with RBAC, kube-controller-manager; scripts/k8s/). No kubelet: the
-# pods the operator creates stay Pending, so this suite proves what the API server and the
-# controller manager decide: the chart installs with the real helm, the CRD's structural
-# schema refuses invalid pipelines with its own messages, `kubectl get prp` shows the
-# printer columns, the operator reconciles with the chart's ServiceAccount token (not an
-# admin identity), its objects carry owner references and are garbage-collected with the
-# pipeline, and a restarted operator converges without duplicates.
+# (etcd, kube-apiserver with RBAC, kube-controller-manager; scripts/k8s/), with
+# e2e/apiserver/kubelet.py playing the kubelet: it runs each Pod's container (the real
+# `gelo` binary) with the pod spec's args and environment on a loopback address of its own
+# and reports the Pod's status. The chart installs with the real helm; the CRD's structural
+# schema refuses invalid pipelines with its own messages; `kubectl get prp` shows the
+# printer columns; the operator, authenticated as the chart's ServiceAccount, creates the
+# workloads, attests every pod, writes the routes; the gateway (its own ServiceAccount)
+# follows them and answers a query; a pod restarted with another launch measurement leaves
+# the routes within the period; a restarted operator converges without duplicates; deleting
+# the pipeline garbage-collects everything.
 #
 #   e2e/apiserver/run.sh        (scripts/test.sh runs it; the binaries build once, cached)
 set -euo pipefail
@@ -14,12 +17,14 @@ cd "$(dirname "$0")/../.."
 
 work="$(mktemp -d)"
 operator_pid=""
+kubelet_pid=""
 cleanup() {
   status=$?
   [ -n "$operator_pid" ] && kill "$operator_pid" 2>/dev/null || true
+  [ -n "$kubelet_pid" ] && { kill "$kubelet_pid" 2>/dev/null; wait "$kubelet_pid" 2>/dev/null; } || true
   scripts/k8s/controlplane.sh stop "$work/cp" || true
   if [ $status -ne 0 ]; then
-    for f in "$work"/operator*.log "$work/cp/kube-apiserver.log"; do
+    for f in "$work"/operator*.log "$work/kubelet.log" "$work"/pods/*.log "$work/cp/kube-apiserver.log"; do
       [ -f "$f" ] && { echo "--- tail of $f" >&2; tail -25 "$f" >&2; }
     done
   fi
@@ -38,8 +43,10 @@ wait_for() {
 
 t0=$(date +%s)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gelo/target}"
-cargo build -q -p gelo-operator
+cargo build -q -p gelo-operator -p gelo
 operator="$CARGO_TARGET_DIR/debug/gelo-operator"
+GELO="$CARGO_TARGET_DIR/debug/gelo"
+scripts/fetch-models.sh >/dev/null
 kubeconfig="$(scripts/k8s/controlplane.sh start "$work/cp")" || fail "the control plane did not start"
 bin="$(cat "$work/cp/bin")"
 export KUBECONFIG="$kubeconfig" PATH="$bin:$PATH"
@@ -60,9 +67,33 @@ kubectl -n "$SYSTEM_NS" get deployment gelo-operator >/dev/null || fail "the cha
 
 log "2. a pipeline through kubectl; the printer columns"
 kubectl create namespace "$NS" >/dev/null
-# The spec names a mock root Secret; any parseable certificate stands in for it here.
-kubectl -n "$NS" create secret generic gelo-mock-root --from-file=ark.pem="$work/cp/pki/ca.crt" >/dev/null
-kubectl apply -f e2e/kind/sample-pipeline.yaml >/dev/null
+# The models volume (claim gelo-models, as in the kind suite) and the mock PKI the pods
+# sign with; the spec names its root, which the operator may trust (allowMockRoots).
+cache="${GELO_CACHE:-$HOME/.cache/gelo}/models"
+mkdir -p "$work/models/smollm2-135m"
+ln -s "$cache/all-minilm-l6-v2" "$work/models/all-minilm-l6-v2"
+ln -s "$cache/smollm2-135m-instruct.gguf" "$work/models/smollm2-135m/smollm2-135m-instruct.gguf"
+identity() { "$GELO" model identity "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["identity"])'; }
+ID_MINILM="$(identity "$work/models/all-minilm-l6-v2")"
+ID_SMOL="$(identity "$work/models/smollm2-135m")"
+"$GELO" attest mock-pki --out "$work/mock-pki" >/dev/null
+kubectl -n "$NS" create secret generic gelo-mock-root --from-file="$work/mock-pki" >/dev/null
+kubectl -n "$NS" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: gelo-models}
+spec: {accessModes: [ReadOnlyMany], storageClassName: "", resources: {requests: {storage: 2Gi}}}
+EOF
+python3 - "$ID_MINILM" "$ID_SMOL" >"$work/pipeline.yaml" <<'PY'
+import sys
+minilm, smol = sys.argv[1], sys.argv[2]
+text = open("e2e/kind/sample-pipeline.yaml").read()
+for placeholder, real in (("1" * 64, minilm), ("2" * 64, smol), ("3" * 64, smol), ("4" * 64, minilm)):
+    assert placeholder in text, placeholder
+    text = text.replace(placeholder, real)
+print(text, end="")
+PY
+kubectl apply -f "$work/pipeline.yaml" >/dev/null
 header="$(kubectl -n "$NS" get prp | head -1 | tr -s ' ')"
 [ "$header" = "NAME READY MODELS ATTESTED VERIFIED AGE" ] || fail "printer columns: '$header'"
 
@@ -110,6 +141,9 @@ start_operator() {
     GELO_OPERATOR_LEADER_ELECT=true RUST_LOG=info "$operator" run >"$work/operator-$1.log" 2>&1 &
   operator_pid=$!
 }
+python3 e2e/apiserver/kubelet.py --kubeconfig "$KUBECONFIG" --namespace "$NS" --gelo "$GELO" \
+  --claim gelo-models="$work/models" --work "$work/pods" >"$work/kubelet.log" 2>&1 &
+kubelet_pid=$!
 start_operator 1
 owned() { kubectl -n "$NS" get deployments,services,configmaps,serviceaccounts,roles,rolebindings -l "app.kubernetes.io/instance=demo" -o name 2>/dev/null; }
 all_owned() {
@@ -117,10 +151,9 @@ all_owned() {
   kubectl -n "$NS" get configmap demo-routes >/dev/null 2>&1
 }
 wait_for 90 "the operator creates the pipeline's workloads" all_owned
-status_written() { [ -n "$(kubectl -n "$NS" get prp demo -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" ]; }
+cond() { kubectl -n "$NS" get prp demo -o jsonpath="{.status.conditions[?(@.type==\"$1\")].status}"; }
+status_written() { [ -n "$(cond Ready)" ]; }
 wait_for 60 "the operator writes the status subresource" status_written
-ready="$(kubectl -n "$NS" get prp demo -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')"
-[ "$ready" = "False" ] || fail "Ready is '$ready' with no pod running"
 uid="$(kubectl -n "$NS" get prp demo -o jsonpath='{.metadata.uid}')"
 for d in embedder reranker generator gateway; do
   owner="$(kubectl -n "$NS" get deployment "demo-$d" -o jsonpath='{.metadata.ownerReferences[0].uid}')"
@@ -130,11 +163,40 @@ manager="$(kubectl -n "$NS" get deployment demo-embedder -o jsonpath='{.metadata
 [[ " $manager " == *" gelo-operator "* ]] || fail "server-side apply field manager: '$manager'"
 lease="$(kubectl -n "$SYSTEM_NS" get lease gelo-operator -o jsonpath='{.spec.holderIdentity}')"
 [ "$lease" = "gelo-operator-1" ] || fail "leader lease held by '$lease'"
-# The controller manager acts on what the operator wrote: ReplicaSets and Pods exist (Pending).
-wait_for 60 "Deployments become ReplicaSets and Pods" kubectl -n "$NS" get pods -l app.kubernetes.io/instance=demo -o name
+
+log "5. pods run, are attested and routed; a query through the gateway"
+is_ready() { [ "$(cond Ready)" = "True" ]; }
+wait_for 300 "the pipeline Ready: every component has an attested route" is_ready
+routes() { kubectl -n "$NS" get configmap demo-routes -o jsonpath='{.data.routes\.json}'; }
+python3 - "$(routes)" <<'PY' || fail "routing table"
+import json, sys
+t = json.loads(sys.argv[1])
+want = {"embedder": 2, "reranker": 1, "generator": 1, "gateway": 1}
+got = {c: len(t["components"].get(c, [])) for c in want}
+assert got == want, got
+PY
+kubectl -n "$NS" get configmap demo-routes -o jsonpath='{.data.policy\.json}' >"$work/policy.json"
+gateway_ip="$(kubectl -n "$NS" get pods -l app.kubernetes.io/component=gateway -o jsonpath='{.items[0].status.podIP}')"
+rag() { "$GELO" rag "$1" --gateway "$gateway_ip:50051" --policy "$work/policy.json" --expect-identity "$ID_MINILM" "${@:2}"; }
+rag ingest --text "The GELO operator routes only to pods whose SEV-SNP evidence it verified." >/dev/null \
+  || fail "ingest through the gateway"
+answer="$(rag query --max-tokens 24 "Which pods does the GELO operator route to?")" || fail "query through the gateway"
+[[ "$answer" == *"Sources:"*"cited"* || "$answer" == *"Sources:"*"["* ]] || fail "the answer lists no retrieved source: $answer"
+log "   answered: $(echo "$answer" | head -1 | cut -c1-100)"
+
+log "6. a pod restarted with another launch measurement leaves the routes"
+victim="$(kubectl -n "$NS" get pods -l app.kubernetes.io/component=embedder -o jsonpath='{.items[0].metadata.name}')"
+victim_ip="$(kubectl -n "$NS" get pod "$victim" -o jsonpath='{.status.podIP}')"
+other_measurement="$(printf 'ab%.0s' $(seq 48))"
+kubectl -n "$NS" annotate pod "$victim" e2e.gelo.dev/env="{\"GELO_MOCK_MEASUREMENT\": \"$other_measurement\"}" >/dev/null
+out_of_routes() { ! routes | grep -q "\"$victim_ip\""; }
+wait_for 40 "the re-measured pod leaves the routing table (period 10 s)" out_of_routes
+rejected() { kubectl -n "$NS" get events -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep "$victim" | grep -q measurement_not_allowed; }
+wait_for 30 "the rejection is reported as an event naming the pod and the reason" rejected
+rag query --max-tokens 8 "Which pods does the GELO operator route to?" >/dev/null || fail "query with one embedder out"
 before="$(owned | sort)"
 
-log "5. the operator killed and restarted converges without duplicates"
+log "7. the operator killed and restarted converges without duplicates"
 kill -9 "$operator_pid"; wait "$operator_pid" 2>/dev/null || true
 kubectl -n "$SYSTEM_NS" delete lease gelo-operator >/dev/null # its holder is dead; don't wait for expiry
 start_operator 2
@@ -146,7 +208,7 @@ after="$(owned | sort)"
 n="$(kubectl -n "$NS" get deployments -l app.kubernetes.io/instance=demo -o name | wc -l)"
 [ "$n" -eq 4 ] || fail "$n Deployments after the restart, not 4"
 
-log "6. deleting the pipeline garbage-collects what it owned"
+log "8. deleting the pipeline garbage-collects what it owned"
 kubectl -n "$NS" delete prp demo --wait=true >/dev/null
 gone() { [ -z "$(owned)" ]; }
 wait_for 60 "owned objects garbage-collected" gone
