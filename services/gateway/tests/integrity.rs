@@ -6,17 +6,14 @@
 
 use std::{
     path::PathBuf,
-    sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     time::Duration,
 };
 
 use api::v1::{embedder_client::EmbedderClient, EmbedRequest};
 use attest::{issuer::default_mock_measurement, MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot};
 use gateway::{BackendSpec, Pool, Role, VerifyTiming};
-use kernels::{CpuEngine, Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
+use kernels::{CpuEngine, Engine};
 use protocol::{Executor, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
 use server::{
     embedder::EmbedderService,
@@ -40,48 +37,8 @@ fn pki_dir() -> PathBuf {
     dir
 }
 
-/// Adds 10 to one element of every `every`-th product once armed.
-struct Corrupting {
-    inner: CpuEngine,
-    armed: Arc<AtomicBool>,
-    every: usize,
-    products: AtomicUsize,
-}
-
-impl Engine for Corrupting {
-    fn info(&self) -> EngineInfo {
-        self.inner.info()
-    }
-    fn register(&self, id: WeightId, w: Weight) -> Result<Registered, EngineError> {
-        self.inner.register(id, w)
-    }
-    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
-        self.inner.unregister(id)
-    }
-    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
-        let out = self.inner.matmul_many(x, ids)?;
-        if !self.armed.load(Ordering::SeqCst) {
-            return Ok(out);
-        }
-        Ok(out
-            .into_iter()
-            .map(|z| {
-                if self.products.fetch_add(1, Ordering::SeqCst) % self.every != self.every - 1 {
-                    return z;
-                }
-                let mut z = z.into_matrix();
-                z.set(0, 0, z.get(0, 0) + 10.0);
-                Masked::from_mixed(z)
-            })
-            .collect())
-    }
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, t: bool) -> Result<Masked, EngineError> {
-        self.inner.matmul_dynamic(a, b, t)
-    }
-    fn softmax_rows(&self, x: &Masked, s: f32) -> Result<Masked, EngineError> {
-        self.inner.softmax_rows(x, s)
-    }
-}
+#[path = "../../server/tests/support/corrupting.rs"]
+mod corrupting;
 
 struct Backend {
     spec: BackendSpec,
@@ -159,8 +116,7 @@ async fn a_wrong_product_fails_its_request_takes_the_backend_out_and_reaches_no_
         models::load_embedder(&minilm(), Arc::new(PlaintextExecutor::new(Arc::new(CpuEngine::new()))), &Default::default())
             .unwrap()
             .into();
-    let armed = Arc::new(AtomicBool::new(false));
-    let corrupting = Corrupting { inner: CpuEngine::new(), armed: armed.clone(), every: 7, products: AtomicUsize::new(0) };
+    let (corrupting, armed) = corrupting::Corrupting::new(7);
     let bad = start(Arc::new(corrupting)).await;
     let good = start(Arc::new(CpuEngine::new())).await;
     let timing = VerifyTiming { interval: Duration::from_millis(300), retry: Duration::from_millis(200), timeout: Duration::from_secs(20) };

@@ -4,47 +4,12 @@
 use std::{path::PathBuf, sync::Arc};
 
 use api::v1::{embedder_server::Embedder as _, EmbedRequest};
-use kernels::{CpuEngine, Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
+use kernels::Engine;
 use protocol::{Executor as _, MaskedConfig, MaskedExecutor, UVerifyConfig};
 use server::{embedder::EmbedderService, Health, Limits, Metrics};
 
-/// Adds 10 to one element of every product once `tamper` is set.
-struct Tampering {
-    inner: CpuEngine,
-    tamper: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Engine for Tampering {
-    fn info(&self) -> EngineInfo {
-        self.inner.info()
-    }
-    fn register(&self, id: WeightId, w: Weight) -> Result<Registered, EngineError> {
-        self.inner.register(id, w)
-    }
-    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
-        self.inner.unregister(id)
-    }
-    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
-        let out = self.inner.matmul_many(x, ids)?;
-        if !self.tamper.load(std::sync::atomic::Ordering::SeqCst) {
-            return Ok(out);
-        }
-        Ok(out
-            .into_iter()
-            .map(|z| {
-                let mut z = z.into_matrix();
-                z.set(0, 0, z.get(0, 0) + 10.0);
-                Masked::from_mixed(z)
-            })
-            .collect())
-    }
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, t: bool) -> Result<Masked, EngineError> {
-        self.inner.matmul_dynamic(a, b, t)
-    }
-    fn softmax_rows(&self, x: &Masked, s: f32) -> Result<Masked, EngineError> {
-        self.inner.softmax_rows(x, s)
-    }
-}
+#[path = "support/corrupting.rs"]
+mod corrupting;
 
 fn minilm() -> PathBuf {
     let root = std::env::var_os("GELO_CACHE")
@@ -57,8 +22,8 @@ fn minilm() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
-    let tamper = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let engine: Arc<dyn Engine> = Arc::new(Tampering { inner: CpuEngine::new(), tamper: tamper.clone() });
+    let (corrupting, tamper) = corrupting::Corrupting::new(1);
+    let engine: Arc<dyn Engine> = Arc::new(corrupting);
     let cfg = MaskedConfig { verify: Some(UVerifyConfig::default()), ..Default::default() };
     let exec = Arc::new(MaskedExecutor::new(engine, cfg).unwrap());
     let embedder: Arc<dyn models::Embedder> = models::load_embedder(&minilm(), exec.clone(), &Default::default()).unwrap().into();

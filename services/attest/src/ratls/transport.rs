@@ -171,14 +171,7 @@ impl RaTlsConnector {
                 .connect_with_connector(probe)
                 .await
                 .map_err(|e| AttestError::Transport(error_chain(&e)))?;
-            let nonce = crate::service::random_nonce();
-            let expected = ExpectedBinding {
-                model_identity: Some(*peer.model_identity()),
-                scheme_identity: Some(*peer.scheme_identity()),
-                tls_spki_sha256: Some(*peer.tls_spki_sha256()),
-                nonce: nonce.to_vec(),
-            };
-            crate::service::challenge(channel, &nonce, &expected, &self.policy).await
+            challenge_same_peer(channel, peer, &self.policy).await
         };
         tokio::time::timeout(HANDSHAKE_TIMEOUT, asking)
             .await
@@ -234,15 +227,21 @@ impl AttestedChannel {
     /// bound to the TLS key of the current connection and to the same identities.
     pub async fn challenge(&self) -> Result<Verified> {
         let peer = self.current_peer().unwrap_or_else(|| self.peer.clone());
-        let nonce = crate::service::random_nonce();
-        let expected = ExpectedBinding {
-            model_identity: Some(*peer.model_identity()),
-            scheme_identity: Some(*peer.scheme_identity()),
-            tls_spki_sha256: Some(*peer.tls_spki_sha256()),
-            nonce: nonce.to_vec(),
-        };
-        crate::service::challenge(self.channel.clone(), &nonce, &expected, &self.connector.policy).await
+        challenge_same_peer(self.channel.clone(), &peer, &self.connector.policy).await
     }
+}
+
+/// Evidence for a new random nonce over `channel`, bound to the same TLS key and identities
+/// as `peer` proved.
+async fn challenge_same_peer(channel: Channel, peer: &Verified, policy: &Policy) -> Result<Verified> {
+    let nonce = crate::service::random_nonce();
+    let expected = ExpectedBinding {
+        model_identity: Some(*peer.model_identity()),
+        scheme_identity: Some(*peer.scheme_identity()),
+        tls_spki_sha256: Some(*peer.tls_spki_sha256()),
+        nonce: nonce.to_vec(),
+    };
+    crate::service::challenge(channel, &nonce, &expected, policy).await
 }
 
 /// Connects a tonic channel to `target` (`host:port`) over RA-TLS. Fails before any request

@@ -1,0 +1,59 @@
+//! A tampering GPU for the integrity tests (the server's and the gateway's): the CPU engine,
+//! except that once armed it adds 10 to one element of every `every`-th product.
+
+use std::sync::{
+    atomic::{AtomicBool, AtomicUsize, Ordering},
+    Arc,
+};
+
+use kernels::{CpuEngine, Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
+
+pub struct Corrupting {
+    inner: CpuEngine,
+    armed: Arc<AtomicBool>,
+    every: usize,
+    products: AtomicUsize,
+}
+
+impl Corrupting {
+    /// The engine and its switch (off at first).
+    pub fn new(every: usize) -> (Self, Arc<AtomicBool>) {
+        let armed = Arc::new(AtomicBool::new(false));
+        (Corrupting { inner: CpuEngine::new(), armed: armed.clone(), every: every.max(1), products: AtomicUsize::new(0) }, armed)
+    }
+}
+
+impl Engine for Corrupting {
+    fn info(&self) -> EngineInfo {
+        self.inner.info()
+    }
+    fn register(&self, id: WeightId, w: Weight) -> Result<Registered, EngineError> {
+        self.inner.register(id, w)
+    }
+    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
+        self.inner.unregister(id)
+    }
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+        let out = self.inner.matmul_many(x, ids)?;
+        if !self.armed.load(Ordering::SeqCst) {
+            return Ok(out);
+        }
+        Ok(out
+            .into_iter()
+            .map(|z| {
+                if self.products.fetch_add(1, Ordering::SeqCst) % self.every != self.every - 1 {
+                    return z;
+                }
+                let mut z = z.into_matrix();
+                z.set(0, 0, z.get(0, 0) + 10.0);
+                Masked::from_mixed(z)
+            })
+            .collect())
+    }
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, t: bool) -> Result<Masked, EngineError> {
+        self.inner.matmul_dynamic(a, b, t)
+    }
+    fn softmax_rows(&self, x: &Masked, s: f32) -> Result<Masked, EngineError> {
+        self.inner.softmax_rows(x, s)
+    }
+}
