@@ -8,8 +8,9 @@
 # printer columns; the operator, authenticated as the chart's ServiceAccount, creates the
 # workloads, attests every pod, writes the routes; the gateway (its own ServiceAccount)
 # follows them and answers a query; a pod restarted with another launch measurement leaves
-# the routes within the period; a restarted operator converges without duplicates; deleting
-# the pipeline garbage-collects everything.
+# the routes within the period; a field another manager set is reported, not overwritten; a
+# restarted operator converges without duplicates; deleting the pipeline garbage-collects
+# everything.
 #
 #   e2e/apiserver/run.sh        (scripts/test.sh runs it; the binaries build once, cached)
 set -euo pipefail
@@ -194,9 +195,16 @@ wait_for 40 "the re-measured pod leaves the routing table (period 10 s)" out_of_
 rejected() { kubectl -n "$NS" get events -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep "$victim" | grep -q measurement_not_allowed; }
 wait_for 30 "the rejection is reported as an event naming the pod and the reason" rejected
 rag query --max-tokens 8 "Which pods does the GELO operator route to?" >/dev/null || fail "query with one embedder out"
+
+log "7. a field another manager set is reported, not overwritten"
+kubectl -n "$NS" label deployment demo-generator app.kubernetes.io/managed-by=someone-else --overwrite >/dev/null
+conflict() { kubectl -n "$NS" get events -o jsonpath='{range .items[?(@.reason=="FieldConflict")]}{.message}{"\n"}{end}' | grep "Deployment demo-generator" | grep -q "kubectl-label"; }
+wait_for 40 "a FieldConflict event naming the object and the other manager" conflict
+label="$(kubectl -n "$NS" get deployment demo-generator -o jsonpath='{.metadata.labels.app\.kubernetes\.io/managed-by}')"
+[ "$label" = "someone-else" ] || fail "the operator overwrote another manager's field ($label)"
 before="$(owned | sort)"
 
-log "7. the operator killed and restarted converges without duplicates"
+log "8. the operator killed and restarted converges without duplicates"
 kill -9 "$operator_pid"; wait "$operator_pid" 2>/dev/null || true
 kubectl -n "$SYSTEM_NS" delete lease gelo-operator >/dev/null # its holder is dead; don't wait for expiry
 start_operator 2
@@ -208,7 +216,7 @@ after="$(owned | sort)"
 n="$(kubectl -n "$NS" get deployments -l app.kubernetes.io/instance=demo -o name | wc -l)"
 [ "$n" -eq 4 ] || fail "$n Deployments after the restart, not 4"
 
-log "8. deleting the pipeline garbage-collects what it owned"
+log "9. deleting the pipeline garbage-collects what it owned"
 kubectl -n "$NS" delete prp demo --wait=true >/dev/null
 gone() { [ -z "$(owned)" ]; }
 wait_for 60 "owned objects garbage-collected" gone

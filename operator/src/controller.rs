@@ -62,6 +62,9 @@ pub struct Context {
     pub allow_mock_roots: bool,
     /// Consecutive failures per pipeline, for the error policy's backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// Server-side apply conflicts met in reconciles and not yet reported: (namespace,
+    /// object, what the API server said).
+    conflicts: Mutex<Vec<(String, String, String)>>,
 }
 
 impl Context {
@@ -74,6 +77,7 @@ impl Context {
             attestor,
             allow_mock_roots: false,
             failures: Mutex::default(),
+            conflicts: Mutex::default(),
         }
     }
 
@@ -171,7 +175,7 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
             let message = problems.join("; ");
             warn!(%message, "invalid spec");
             publish(ctx, p, EventType::Warning, "InvalidSpec", "Validate", message.clone(), None).await;
-            apply_object(ctx, &ns, &resources::routes_configmap(&owner, RoutingTable::empty(&owner.name, &ns, generation).to_json(), "{}".into()))
+            apply_forced(ctx, &ns, &resources::routes_configmap(&owner, RoutingTable::empty(&owner.name, &ns, generation).to_json(), "{}".into()))
                 .await?;
             gate_pods(ctx, &ns, &owner.name, &[]).await?;
             let status = status_invalid(p, &previous, &message);
@@ -221,6 +225,8 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
         rounds.push(ComponentRound { component: c, desired: view.replicas, fetch, serving, ready });
     }
 
+    report_conflicts(ctx, p, &ns, &owner.name).await;
+
     // 4. Attestation round.
     let (verified, rejected) = match &policy {
         Ok(policy) => attest_all(ctx, &rounds, policy).await,
@@ -249,7 +255,7 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
         Ok(pol) => serde_json::to_string_pretty(pol.as_ref()).map_err(|source| Error::Serialize { what: "policy", source })?,
         Err(_) => "{}".into(),
     };
-    apply_object(ctx, &ns, &resources::routes_configmap(&owner, table.to_json(), policy_json)).await?;
+    apply_forced(ctx, &ns, &resources::routes_configmap(&owner, table.to_json(), policy_json)).await?;
     let endpoints = endpoint_status(&verified);
     if endpoints != previous.verified_endpoints {
         let summary = Component::ALL
@@ -304,7 +310,48 @@ where
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let name = obj.meta().name.clone().ok_or(Error::MissingField("metadata.name"))?;
+    match api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(obj)).await {
+        Ok(applied) => Ok(applied),
+        // Another field manager owns a field we set (someone edited the object): keep their
+        // value, and say so, instead of taking the field by force.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let what = format!("{} {name}", K::kind(&()));
+            warn!(object = %what, conflict = %e.message, "field conflict: left as it is");
+            ctx.conflicts.lock().expect("conflicts").push((ns.to_string(), what, e.message.clone()));
+            api.get(&name).await.map_err(Error::Kube)
+        }
+        Err(e) => Err(Error::Kube(e)),
+    }
+}
+
+/// Server-side apply that takes every field: for what only the operator may write (the
+/// routing table), whoever else set a field.
+async fn apply_forced<K>(ctx: &Context, ns: &str, obj: &K) -> Result<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let name = obj.meta().name.clone().ok_or(Error::MissingField("metadata.name"))?;
     api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(obj)).await.map_err(Error::Kube)
+}
+
+/// Reports (a Warning event on the pipeline) the apply conflicts met on its objects.
+async fn report_conflicts(ctx: &Context, p: &PrivateRAGPipeline, ns: &str, owner: &str) {
+    let mine: Vec<(String, String)> = {
+        let mut all = ctx.conflicts.lock().expect("conflicts");
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            all.drain(..).partition(|(n, what, _)| n == ns && what.split(' ').nth(1).is_some_and(|o| o.starts_with(&format!("{owner}-"))));
+        *all = rest;
+        mine.into_iter().map(|(_, what, message)| (what, message)).collect()
+    };
+    for (what, message) in mine {
+        let note = format!("{what}: another field manager owns a field the operator sets; left as it is: {message}");
+        publish(ctx, p, EventType::Warning, "FieldConflict", "Apply", note, None).await;
+    }
 }
 
 fn job_state(job: &Job) -> Fetch {
