@@ -62,9 +62,18 @@ pub struct Context {
     pub allow_mock_roots: bool,
     /// Consecutive failures per pipeline, for the error policy's backoff.
     failures: Mutex<HashMap<String, u32>>,
-    /// Server-side apply conflicts met in reconciles and not yet reported: (namespace,
-    /// object, what the API server said).
-    conflicts: Mutex<Vec<(String, String, String)>>,
+    /// Server-side apply conflicts met in reconciles and not yet reported.
+    conflicts: Mutex<Vec<Conflict>>,
+}
+
+/// A field another manager owns, met while applying a pipeline's object.
+struct Conflict {
+    ns: String,
+    pipeline: String,
+    /// `<Kind> <name>`.
+    what: String,
+    /// What the API server said (the fields and the other manager).
+    message: String,
 }
 
 impl Context {
@@ -175,7 +184,7 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
             let message = problems.join("; ");
             warn!(%message, "invalid spec");
             publish(ctx, p, EventType::Warning, "InvalidSpec", "Validate", message.clone(), None).await;
-            apply_forced(ctx, &ns, &resources::routes_configmap(&owner, RoutingTable::empty(&owner.name, &ns, generation).to_json(), "{}".into()))
+            apply_object(ctx, &ns, &resources::routes_configmap(&owner, RoutingTable::empty(&owner.name, &ns, generation).to_json(), "{}".into()), Fields::Force)
                 .await?;
             gate_pods(ctx, &ns, &owner.name, &[]).await?;
             let status = status_invalid(p, &previous, &message);
@@ -192,9 +201,9 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
     let policy_digest = policy.as_ref().ok().and_then(|p| p.digest().ok()).map(hex::encode);
 
     // 3. Owned objects.
-    apply_object(ctx, &ns, &resources::gateway_account(&owner)).await?;
-    apply_object(ctx, &ns, &resources::gateway_role(&owner)).await?;
-    apply_object(ctx, &ns, &resources::gateway_role_binding(&owner)).await?;
+    apply_object(ctx, &ns, &resources::gateway_account(&owner), Fields::Yield).await?;
+    apply_object(ctx, &ns, &resources::gateway_role(&owner), Fields::Yield).await?;
+    apply_object(ctx, &ns, &resources::gateway_role_binding(&owner), Fields::Yield).await?;
     let pull = p.spec.image_pull_policy.map(|x| x.as_str());
     let storage = p.spec.storage.clone().unwrap_or_default();
     let mut rounds = Vec::new();
@@ -203,15 +212,15 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
         let pin = valid.model(c);
         let fetch = match resources::fetch_job(&owner, c, pin, &p.spec.image, pull) {
             Some(job) => {
-                apply_object(ctx, &ns, &resources::models_pvc(&owner, c, &storage)).await?;
-                let applied: Job = apply_object(ctx, &ns, &job).await?;
+                apply_object(ctx, &ns, &resources::models_pvc(&owner, c, &storage), Fields::Yield).await?;
+                let applied: Job = apply_object(ctx, &ns, &job, Fields::Yield).await?;
                 job_state(&applied)
             }
             None => Fetch::Done,
         };
         let serving = if fetch == Fetch::Done {
             let d = resources::deployment(&owner, view, pin, &valid, &p.spec.image, pull, policy_digest.as_deref());
-            let _: Deployment = apply_object(ctx, &ns, &d).await?;
+            let _: Deployment = apply_object(ctx, &ns, &d, Fields::Yield).await?;
             prune_old_jobs(ctx, &ns, &owner.name, c, pin).await?;
             Some((pin.revision_label(), pin.identity))
         } else {
@@ -220,12 +229,12 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
             previous_pin(&previous, c)
         };
         let ty = if c == Component::Gateway { p.spec.gateway.service_type.as_str() } else { "ClusterIP" };
-        let _: Service = apply_object(ctx, &ns, &resources::service(&owner, c, ty)).await?;
+        let _: Service = apply_object(ctx, &ns, &resources::service(&owner, c, ty), Fields::Yield).await?;
         let ready = if serving.is_some() { ready_pods(ctx, &ns, &owner.name, c).await? } else { Vec::new() };
         rounds.push(ComponentRound { component: c, desired: view.replicas, fetch, serving, ready });
     }
 
-    report_conflicts(ctx, p, &ns, &owner.name).await;
+    report_conflicts(ctx, p, &ns).await;
 
     // 4. Attestation round.
     let (verified, rejected) = match &policy {
@@ -255,7 +264,7 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
         Ok(pol) => serde_json::to_string_pretty(pol.as_ref()).map_err(|source| Error::Serialize { what: "policy", source })?,
         Err(_) => "{}".into(),
     };
-    apply_forced(ctx, &ns, &resources::routes_configmap(&owner, table.to_json(), policy_json)).await?;
+    apply_object(ctx, &ns, &resources::routes_configmap(&owner, table.to_json(), policy_json), Fields::Force).await?;
     let endpoints = endpoint_status(&verified);
     if endpoints != previous.verified_endpoints {
         let summary = Component::ALL
@@ -298,9 +307,18 @@ async fn cleanup(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Server-side apply of an owned object, forcing ownership of the fields we set (another
-/// manager editing them is drift, and the pipeline spec wins).
-async fn apply_object<K>(ctx: &Context, ns: &str, obj: &K) -> Result<K>
+/// How an apply treats fields another field manager owns.
+#[derive(Clone, Copy)]
+enum Fields {
+    /// Leave them as they are and report the conflict (`FieldConflict` on the pipeline).
+    Yield,
+    /// Take them: for what only the operator may write (the routing table).
+    Force,
+}
+
+/// Server-side apply of an owned object. On a conflict under [`Fields::Yield`] the object
+/// stays as the other manager left it; the conflict is kept for [`report_conflicts`].
+async fn apply_object<K>(ctx: &Context, ns: &str, obj: &K, fields: Fields) -> Result<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -310,46 +328,33 @@ where
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let name = obj.meta().name.clone().ok_or(Error::MissingField("metadata.name"))?;
-    match api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(obj)).await {
-        Ok(applied) => Ok(applied),
-        // Another field manager owns a field we set (someone edited the object): keep their
-        // value, and say so, instead of taking the field by force.
+    let params = match fields {
+        Fields::Yield => PatchParams::apply(MANAGER),
+        Fields::Force => PatchParams::apply(MANAGER).force(),
+    };
+    match api.patch(&name, &params, &Patch::Apply(obj)).await {
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let what = format!("{} {name}", K::kind(&()));
             warn!(object = %what, conflict = %e.message, "field conflict: left as it is");
-            ctx.conflicts.lock().expect("conflicts").push((ns.to_string(), what, e.message.clone()));
+            let pipeline = obj.meta().labels.as_ref().and_then(|l| l.get(resources::PIPELINE_LABEL)).cloned().unwrap_or_default();
+            ctx.conflicts.lock().expect("conflicts").push(Conflict { ns: ns.to_string(), pipeline, what, message: e.message });
             api.get(&name).await.map_err(Error::Kube)
         }
-        Err(e) => Err(Error::Kube(e)),
+        applied => applied.map_err(Error::Kube),
     }
 }
 
-/// Server-side apply that takes every field: for what only the operator may write (the
-/// routing table), whoever else set a field.
-async fn apply_forced<K>(ctx: &Context, ns: &str, obj: &K) -> Result<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
-    let name = obj.meta().name.clone().ok_or(Error::MissingField("metadata.name"))?;
-    api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(obj)).await.map_err(Error::Kube)
-}
-
 /// Reports (a Warning event on the pipeline) the apply conflicts met on its objects.
-async fn report_conflicts(ctx: &Context, p: &PrivateRAGPipeline, ns: &str, owner: &str) {
-    let mine: Vec<(String, String)> = {
+async fn report_conflicts(ctx: &Context, p: &PrivateRAGPipeline, ns: &str) {
+    let name = p.name_any();
+    let mine: Vec<Conflict> = {
         let mut all = ctx.conflicts.lock().expect("conflicts");
-        let (mine, rest): (Vec<_>, Vec<_>) =
-            all.drain(..).partition(|(n, what, _)| n == ns && what.split(' ').nth(1).is_some_and(|o| o.starts_with(&format!("{owner}-"))));
+        let (mine, rest) = all.drain(..).partition(|c| c.ns == ns && c.pipeline == name);
         *all = rest;
-        mine.into_iter().map(|(_, what, message)| (what, message)).collect()
+        mine
     };
-    for (what, message) in mine {
-        let note = format!("{what}: another field manager owns a field the operator sets; left as it is: {message}");
+    for c in mine {
+        let note = format!("{}: another field manager owns a field the operator sets; left as it is: {}", c.what, c.message);
         publish(ctx, p, EventType::Warning, "FieldConflict", "Apply", note, None).await;
     }
 }

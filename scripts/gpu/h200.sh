@@ -7,18 +7,9 @@
 #        (default binary: .devbin/gelo, a release build)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out="${OUT:-gpu-out}"
-mkdir -p "$out"
+. scripts/gpu/lib.sh
 bin="${1:-.devbin/gelo}"
 log="$out/log.txt"
-
-if ! ldconfig -p | grep -q libvulkan.so.1; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
-export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1 RUST_LOG="${RUST_LOG:-warn}"
 
 {
   date -u

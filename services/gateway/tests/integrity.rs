@@ -22,23 +22,16 @@ use server::{
 };
 use tokio::net::TcpListener;
 
-fn minilm() -> PathBuf {
-    let root = std::env::var_os("GELO_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/gelo"));
-    let p = root.join("models/all-minilm-l6-v2");
-    assert!(p.exists(), "run scripts/fetch-models.sh");
-    p
-}
-
 fn pki_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gateway-integrity-mock-pki");
     MockPki::load_or_create(&dir).unwrap();
     dir
 }
 
-#[path = "../../server/tests/support/corrupting.rs"]
-mod corrupting;
+#[path = "../../server/tests/support/integrity.rs"]
+mod support;
+
+use support::{minilm, Corrupting};
 
 struct Backend {
     spec: BackendSpec,
@@ -116,7 +109,7 @@ async fn a_wrong_product_fails_its_request_takes_the_backend_out_and_reaches_no_
         models::load_embedder(&minilm(), Arc::new(PlaintextExecutor::new(Arc::new(CpuEngine::new()))), &Default::default())
             .unwrap()
             .into();
-    let (corrupting, armed) = corrupting::Corrupting::new(7);
+    let (corrupting, armed) = Corrupting::new(7);
     let bad = start(Arc::new(corrupting)).await;
     let good = start(Arc::new(CpuEngine::new())).await;
     let timing = VerifyTiming { interval: Duration::from_millis(300), retry: Duration::from_millis(200), timeout: Duration::from_secs(20) };

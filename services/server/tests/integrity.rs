@@ -1,28 +1,21 @@
 //! A tampering GPU: the service answers DATA_LOSS with the reason, never a wrong vector,
 //! and then stops serving.
 
-use std::{path::PathBuf, sync::Arc};
+use std::sync::Arc;
 
 use api::v1::{embedder_server::Embedder as _, EmbedRequest};
 use kernels::Engine;
 use protocol::{Executor as _, MaskedConfig, MaskedExecutor, UVerifyConfig};
 use server::{embedder::EmbedderService, Health, Limits, Metrics};
 
-#[path = "support/corrupting.rs"]
-mod corrupting;
+#[path = "support/integrity.rs"]
+mod support;
 
-fn minilm() -> PathBuf {
-    let root = std::env::var_os("GELO_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/gelo"));
-    let p = root.join("models/all-minilm-l6-v2");
-    assert!(p.exists(), "run scripts/fetch-models.sh");
-    p
-}
+use support::{minilm, Corrupting};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
-    let (corrupting, tamper) = corrupting::Corrupting::new(1);
+    let (corrupting, tamper) = Corrupting::new(1);
     let engine: Arc<dyn Engine> = Arc::new(corrupting);
     let cfg = MaskedConfig { verify: Some(UVerifyConfig::default()), ..Default::default() };
     let exec = Arc::new(MaskedExecutor::new(engine, cfg).unwrap());

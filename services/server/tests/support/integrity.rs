@@ -1,12 +1,26 @@
-//! A tampering GPU for the integrity tests (the server's and the gateway's): the CPU engine,
-//! except that once armed it adds 10 to one element of every `every`-th product.
+//! Shared by the integrity tests (the server's and the gateway's): a tampering GPU — the CPU
+//! engine, except that once armed it adds 10 to one element of every `every`-th product —
+//! and the real model they run.
 
-use std::sync::{
-    atomic::{AtomicBool, AtomicUsize, Ordering},
-    Arc,
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc,
+    },
 };
 
 use kernels::{CpuEngine, Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
+
+/// MiniLM from the offline cache (scripts/fetch-models.sh).
+pub fn minilm() -> PathBuf {
+    let root = std::env::var_os("GELO_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/gelo"));
+    let p = root.join("models/all-minilm-l6-v2");
+    assert!(p.exists(), "run scripts/fetch-models.sh");
+    p
+}
 
 pub struct Corrupting {
     inner: CpuEngine,
