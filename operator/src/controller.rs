@@ -60,6 +60,8 @@ pub struct Context {
     /// Whether pipelines may trust a mock root. Off by default: on a production cluster a
     /// pipeline naming a mock root is refused (a condition), whatever its author intended.
     pub allow_mock_roots: bool,
+    /// A hub mirror the fetch Jobs download from (`HF_ENDPOINT`); huggingface.co when `None`.
+    pub hub_endpoint: Option<String>,
     /// Consecutive failures per pipeline, for the error policy's backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// Server-side apply conflicts met in reconciles and not yet reported.
@@ -85,6 +87,7 @@ impl Context {
             metrics,
             attestor,
             allow_mock_roots: false,
+            hub_endpoint: None,
             failures: Mutex::default(),
             conflicts: Mutex::default(),
         }
@@ -92,6 +95,11 @@ impl Context {
 
     pub fn with_mock_roots(mut self, allow: bool) -> Self {
         self.allow_mock_roots = allow;
+        self
+    }
+
+    pub fn with_hub_endpoint(mut self, endpoint: Option<String>) -> Self {
+        self.hub_endpoint = endpoint;
         self
     }
 
@@ -210,7 +218,7 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
     for view in p.spec.components() {
         let c = view.component;
         let pin = valid.model(c);
-        let fetch = match resources::fetch_job(&owner, c, pin, &p.spec.image, pull) {
+        let fetch = match resources::fetch_job(&owner, c, pin, &p.spec.image, pull, ctx.hub_endpoint.as_deref()) {
             Some(job) => {
                 apply_object(ctx, &ns, &resources::models_pvc(&owner, c, &storage), Fields::Yield).await?;
                 let applied: Job = apply_object(ctx, &ns, &job, Fields::Yield).await?;
@@ -766,6 +774,8 @@ pub struct RunConfig {
     pub namespace: Option<String>,
     pub instance: Option<String>,
     pub allow_mock_roots: bool,
+    /// See [`Context::hub_endpoint`].
+    pub hub_endpoint: Option<String>,
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -789,7 +799,9 @@ pub async fn run(
     // Only our objects: smaller caches, and no reconcile storms from unrelated workloads.
     let managed = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGER}"));
     let ctx = Arc::new(
-        Context::new(client.clone(), metrics, attestor, config.instance.clone()).with_mock_roots(config.allow_mock_roots),
+        Context::new(client.clone(), metrics, attestor, config.instance.clone())
+            .with_mock_roots(config.allow_mock_roots)
+            .with_hub_endpoint(config.hub_endpoint.clone()),
     );
     Controller::new(api::<PrivateRAGPipeline>(&client, ns), watcher::Config::default().any_semantic())
         .owns(api::<Deployment>(&client, ns), managed.clone())

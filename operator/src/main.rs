@@ -73,6 +73,25 @@ struct RunArgs {
     /// mock evidence proves nothing about the host).
     #[arg(long, env = "GELO_OPERATOR_ALLOW_MOCK_ROOTS", default_value_t = false, action = clap::ArgAction::Set)]
     allow_mock_roots: bool,
+    /// A Hugging Face hub mirror (same URL layout) the model fetch Jobs download from, e.g.
+    /// an air-gapped cluster's; empty: huggingface.co. The pinned commit and model identity
+    /// are checked whichever hub answers.
+    #[arg(long, env = "GELO_OPERATOR_HUB_ENDPOINT", default_value = "", value_parser = hub_endpoint)]
+    hub_endpoint: String,
+}
+
+/// An `http(s)://host[:port][/path]` URL without a trailing slash, or empty.
+fn hub_endpoint(s: &str) -> std::result::Result<String, String> {
+    let s = s.trim_end_matches('/');
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    match s.strip_prefix("https://").or_else(|| s.strip_prefix("http://")) {
+        Some(r) if !r.is_empty() && !r.starts_with('/') && !r.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') => {
+            Ok(s.to_string())
+        }
+        _ => Err(format!("`{s}` is not an http(s) URL of a hub (e.g. https://hub.internal)")),
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -209,7 +228,11 @@ async fn run(args: RunArgs) -> Result<()> {
     }
     // An empty GELO_OPERATOR_NAMESPACE (the chart's default) means all namespaces.
     let namespace = args.namespace.clone().filter(|n| !n.is_empty());
-    let config = RunConfig { namespace, instance: Some(identity), allow_mock_roots: args.allow_mock_roots };
+    let hub_endpoint = Some(args.hub_endpoint.clone()).filter(|e| !e.is_empty());
+    if let Some(e) = &hub_endpoint {
+        info!(endpoint = %e, "models are fetched from a hub mirror");
+    }
+    let config = RunConfig { namespace, instance: Some(identity), allow_mock_roots: args.allow_mock_roots, hub_endpoint };
     controller::run(client, config, metrics.clone(), attestor, shutdown).await;
     metrics.leader.set(0);
 
@@ -221,4 +244,19 @@ async fn run(args: RunArgs) -> Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hub_endpoint;
+
+    #[test]
+    fn a_hub_endpoint_is_an_http_url_or_empty() {
+        assert_eq!(hub_endpoint("").unwrap(), "");
+        assert_eq!(hub_endpoint("https://hub.internal/").unwrap(), "https://hub.internal");
+        assert_eq!(hub_endpoint("http://10.0.0.7:8080/hf").unwrap(), "http://10.0.0.7:8080/hf");
+        for bad in ["ftp://hub", "hub.internal", "https://", "https:///x", "https://a b", "https://h?x=1"] {
+            assert!(hub_endpoint(bad).is_err(), "{bad} accepted");
+        }
+    }
 }

@@ -38,6 +38,9 @@ pub const MANAGER: &str = "gelo-operator";
 /// Port every role serves gRPC (and `Attestation.GetEvidence`) on, over RA-TLS.
 pub const GRPC_PORT: i32 = 50051;
 pub const GRPC_PORT_NAME: &str = "grpc";
+/// Prometheus metrics of every component (plain HTTP: method names, codes and counts only).
+pub const METRICS_PORT: i32 = 9090;
+pub const METRICS_PORT_NAME: &str = "metrics";
 /// Set to "true" by the attestation loop on verified pods only; Services select on it.
 pub const ATTESTED_LABEL: &str = "gelo.dev/attested";
 pub const PIPELINE_LABEL: &str = "gelo.dev/pipeline";
@@ -173,8 +176,17 @@ pub fn models_pvc(owner: &Owner, c: Component, storage: &StorageSpec) -> Persist
 }
 
 /// The `gelo model fetch` Job of one hub-pinned component. It exits non-zero, and the Job
-/// fails, when the downloaded files' identity differs from the pinned one.
-pub fn fetch_job(owner: &Owner, c: Component, pin: &ModelPin, image: &str, pull: Option<&str>) -> Option<Job> {
+/// fails, when the hub answers another commit for the pinned revision or the downloaded
+/// files' identity differs from the pinned one. `hub_endpoint`: a mirror with the hub's URL
+/// layout instead of huggingface.co (`HF_ENDPOINT` in the Job).
+pub fn fetch_job(
+    owner: &Owner,
+    c: Component,
+    pin: &ModelPin,
+    image: &str,
+    pull: Option<&str>,
+    hub_endpoint: Option<&str>,
+) -> Option<Job> {
     let PinnedSource::Hub { repo, revision } = &pin.source else {
         return None;
     };
@@ -195,7 +207,7 @@ pub fn fetch_job(owner: &Owner, c: Component, pin: &ModelPin, image: &str, pull:
             "--expect-identity".into(),
             pin.identity_hex(),
         ]),
-        env: Some(vec![env("HOME", "/tmp")]),
+        env: Some([env("HOME", "/tmp")].into_iter().chain(hub_endpoint.map(|e| env("HF_ENDPOINT", e))).collect()),
         volume_mounts: Some(vec![
             VolumeMount { name: "models".into(), mount_path: MODELS_ROOT.into(), ..Default::default() },
             VolumeMount { name: "tmp".into(), mount_path: "/tmp".into(), ..Default::default() },
@@ -255,6 +267,8 @@ pub fn deployment(
         c.as_str().to_string(),
         "--listen".into(),
         format!("0.0.0.0:{GRPC_PORT}"),
+        "--metrics-listen".into(),
+        format!("0.0.0.0:{METRICS_PORT}"),
         "--model".into(),
         model_dir.clone(),
         "--expect-identity".into(),
@@ -329,12 +343,20 @@ pub fn deployment(
         image_pull_policy: pull.map(str::to_string),
         args: Some(args),
         env: Some(env),
-        ports: Some(vec![ContainerPort {
-            name: Some(GRPC_PORT_NAME.into()),
-            container_port: GRPC_PORT,
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(GRPC_PORT_NAME.into()),
+                container_port: GRPC_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some(METRICS_PORT_NAME.into()),
+                container_port: METRICS_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
         // A TCP probe: kubelet's gRPC probe cannot speak RA-TLS. `gelo` binds only after the
         // model is loaded and checked, so an open port means "ready to be attested".
         readiness_probe: Some(Probe {
@@ -549,7 +571,7 @@ pub fn all_objects(p: &PrivateRAGPipeline, valid: &ValidSpec) -> Result<Vec<serd
     for view in spec.components() {
         let c = view.component;
         let pin = valid.model(c);
-        if let Some(job) = fetch_job(&owner, c, pin, &spec.image, pull) {
+        if let Some(job) = fetch_job(&owner, c, pin, &spec.image, pull, None) {
             push(serde_json::to_value(models_pvc(&owner, c, &storage)))?;
             push(serde_json::to_value(job))?;
         }

@@ -22,10 +22,19 @@ pub fn check_revision(revision: &str) -> Result<()> {
 
 /// Downloads `repo` at `revision` into `out` and returns its manifest. With `expected`,
 /// a manifest that hashes to anything else is refused and nothing is left in `out`.
+///
+/// The hub is `https://huggingface.co` unless `HF_ENDPOINT` names a mirror serving the same
+/// URL layout (an air-gapped cluster's); a token from `HF_TOKEN` or `HF_HOME` reaches gated
+/// repositories. The pins make a mirror as trustworthy as the hub: the commit it answers
+/// for `revision` and the files' hashes are both checked.
 pub fn fetch(repo: &str, revision: &str, out: &Path, expected: Option<&ModelIdentity>) -> Result<Manifest> {
     check_revision(revision)?;
     let cache = out.join(".hub-cache");
-    let api = ApiBuilder::new()
+    let mut builder = ApiBuilder::from_env();
+    if let Some(token) = std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()) {
+        builder = builder.with_token(Some(token));
+    }
+    let api = builder
         .with_cache_dir(cache.clone())
         .with_progress(false)
         .build()
