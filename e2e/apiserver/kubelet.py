@@ -4,13 +4,15 @@ container runtime here). For every Pod the controllers create it starts the cont
 command — the real `gelo` binary for the image — with the pod spec's args and environment
 (downward-API fields resolved), on a loopback address of its own, and writes the Pod's
 status back through the API: its IP, Running, Ready once the readiness probe's TCP port
-accepts. Deleted pods are stopped and their deletion confirmed; an exited process is
-restarted (restartPolicy Always).
+accepts (Ready once started when the container has no readiness probe). Deleted pods are
+stopped and their deletion confirmed. An exited process is restarted under restartPolicy
+Always (a Deployment's pods), and under OnFailure when it failed; otherwise the pod ends
+Succeeded or Failed with the exit code, which is what a Job's controller counts.
 
 What a container runtime would do by mounts is done by rewriting paths: a volume mount's
 path in an argument or environment value becomes the host folder behind the volume
-(persistentVolumeClaim: --claim NAME=DIR, emptyDir: a fresh folder, secret: its keys
-written out), and `0.0.0.0:` in a listen address becomes the pod's IP. A pod's service
+(persistentVolumeClaim: --claim NAME=DIR, or else a folder of its own under --work/claims,
+as a dynamic provisioner would give; emptyDir: a fresh folder; secret: its keys written out), and `0.0.0.0:` in a listen address becomes the pod's IP. A pod's service
 account token (automountServiceAccountToken) is given as a kubeconfig (KUBECONFIG) holding
 a token of that account. Pod security contexts (the user to run as) are not applied.
 
@@ -47,6 +49,7 @@ class Pod:
         self.dir = tempfile.mkdtemp(prefix=f"{self.name}-", dir=work)
         self.proc = None
         self.hook = None
+        self.done = False
         self.ready = False
         self.probed = 0.0
         self.log = os.path.join(work, f"{self.name}.log")
@@ -59,7 +62,7 @@ class Kubelet:
         self.next_ip = 10
         self.claims = dict(c.split("=", 1) for c in a.claim)
 
-    def status(self, pod, phase, ready):
+    def status(self, pod, phase, ready, exit_code=None):
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         cond = lambda t, s: {"type": t, "status": "True" if s else "False", "lastTransitionTime": now}
         body = {
@@ -72,6 +75,11 @@ class Kubelet:
                 "conditions": [cond("PodScheduled", True), cond("Initialized", True), cond("ContainersReady", ready), cond("Ready", ready)],
             }
         }
+        if exit_code is not None:
+            state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                                    "startedAt": now, "finishedAt": now}}
+            body["status"]["containerStatuses"] = [{"name": pod.container, "image": pod.image, "imageID": "", "ready": False,
+                                                    "restartCount": 0, "started": False, "state": state}]
         kubectl(["-n", self.a.namespace, "patch", "pod", pod.name, "--subresource=status", "--type=merge", "-p", json.dumps(body)],
                 self.a.kubeconfig, check=False)
 
@@ -85,7 +93,10 @@ class Kubelet:
                 os.makedirs(out[name], exist_ok=True)
             elif "persistentVolumeClaim" in v:
                 claim = v["persistentVolumeClaim"]["claimName"]
-                out[name] = self.claims.get(claim)
+                if claim not in self.claims:
+                    self.claims[claim] = os.path.join(self.a.work, "claims", claim)
+                    os.makedirs(self.claims[claim], exist_ok=True)
+                out[name] = self.claims[claim]
             elif "projected" in v:
                 # The service account token volume the ServiceAccount admission adds.
                 d = os.path.join(pod.dir, "projected-" + name)
@@ -121,6 +132,9 @@ class Kubelet:
 
     def start(self, obj, pod):
         c = obj["spec"]["containers"][0]
+        pod.container, pod.image = c["name"], c.get("image", "")
+        pod.restart = obj["spec"].get("restartPolicy", "Always")
+        pod.probed_port = "readinessProbe" in c
         vols = self.volumes(obj, pod)
         mounts = []
         for m in c.get("volumeMounts", []):
@@ -211,8 +225,15 @@ class Kubelet:
                 self.start(obj, pod)
                 self.pods[uid] = pod
                 continue
+            if pod.done:
+                continue
             hook = (obj["metadata"].get("annotations") or {}).get(ENV_HOOK)
-            if hook != pod.hook or pod.proc.poll() is not None:
+            code = pod.proc.poll()
+            if code is not None and (pod.restart == "Never" or (pod.restart == "OnFailure" and code == 0)):
+                pod.done = True
+                self.status(pod, "Succeeded" if code == 0 else "Failed", False, exit_code=code)
+                continue
+            if hook != pod.hook or code is not None:
                 self.stop(pod)
                 self.start(obj, pod)
                 continue
@@ -220,7 +241,7 @@ class Kubelet:
             if pod.ready and time.monotonic() - pod.probed < 5:
                 continue
             pod.probed = time.monotonic()
-            ready = self.probe(pod)
+            ready = self.probe(pod) if pod.probed_port else True
             if ready != pod.ready:
                 pod.ready = ready
                 self.status(pod, "Running", ready)

@@ -5,10 +5,12 @@
 # `gelo` binary) with the pod spec's args and environment on a loopback address of its own
 # and reports the Pod's status. The chart installs with the real helm; the CRD's structural
 # schema refuses invalid pipelines with its own messages; `kubectl get prp` shows the
-# printer columns; the operator, authenticated as the chart's ServiceAccount, creates the
-# workloads, attests every pod, writes the routes; the gateway (its own ServiceAccount)
-# follows them and answers a query; a pod restarted with another launch measurement leaves
-# the routes within the period; a field another manager set is reported, not overwritten; a
+# printer columns; the operator, authenticated as the chart's ServiceAccount, fetches the
+# embedder's model through its Job from a hub on loopback (e2e/apiserver/hub.py, the hub's
+# URL layout; the pinned commit and the files' hashes checked), creates the workloads,
+# attests every pod, writes the routes; the gateway (its own ServiceAccount) follows them
+# and answers a query; a pod restarted with another launch measurement gets no request and
+# leaves the routes within the period; a field another manager set is reported, not overwritten; a
 # restarted operator converges without duplicates; deleting the pipeline garbage-collects
 # everything.
 #
@@ -19,13 +21,15 @@ cd "$(dirname "$0")/../.."
 work="$(mktemp -d)"
 operator_pid=""
 kubelet_pid=""
+hub_pid=""
 cleanup() {
   status=$?
-  [ -n "$operator_pid" ] && kill "$operator_pid" 2>/dev/null || true
+  [ -n "$operator_pid" ] && { kill -CONT "$operator_pid"; kill "$operator_pid"; } 2>/dev/null || true
+  [ -n "$hub_pid" ] && kill "$hub_pid" 2>/dev/null || true
   [ -n "$kubelet_pid" ] && { kill "$kubelet_pid" 2>/dev/null; wait "$kubelet_pid" 2>/dev/null; } || true
   scripts/k8s/controlplane.sh stop "$work/cp" || true
   if [ $status -ne 0 ]; then
-    for f in "$work"/operator*.log "$work/kubelet.log" "$work"/pods/*.log "$work/cp/kube-apiserver.log"; do
+    for f in "$work"/operator*.log "$work/kubelet.log" "$work"/pods/*.log "$work/hub.log" "$work/cp/kube-apiserver.log"; do
       [ -f "$f" ] && { echo "--- tail of $f" >&2; tail -25 "$f" >&2; }
     done
   fi
@@ -35,6 +39,8 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "[apiserver e2e] $*"; }
 fail() { echo "[apiserver e2e] FAIL: $*" >&2; exit 1; }
+# (In pipelines, `grep PATTERN >/dev/null` rather than `grep -q`: it reads all its input, so
+# the writer never dies of SIGPIPE, which pipefail would turn into a failure.)
 # Waits until "$@" succeeds, for at most $1 seconds.
 wait_for() {
   local limit=$1 what=$2; shift 2
@@ -77,6 +83,27 @@ ln -s "$cache/smollm2-135m-instruct.gguf" "$work/models/smollm2-135m/smollm2-135
 identity() { "$GELO" model identity "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["identity"])'; }
 ID_MINILM="$(identity "$work/models/all-minilm-l6-v2")"
 ID_SMOL="$(identity "$work/models/smollm2-135m")"
+# The hub the embedder's model is fetched from: MiniLM at one pinned commit, and the same
+# repository at another commit whose vocabulary differs by one line (a mirror serving
+# something else than the pin).
+HUB_REPO=sentence-transformers/all-MiniLM-L6-v2
+HUB_REV=c9745ed1d9f207416be6d2e6f8de32d1f16199bf
+TAMPERED_REV=0123456789abcdef0123456789abcdef01234567
+mkdir -p "$work/tampered"
+for f in "$cache/all-minilm-l6-v2"/*; do ln -s "$f" "$work/tampered/"; done
+rm "$work/tampered/vocab.txt"
+sed '1000s/.*/tampered/' "$cache/all-minilm-l6-v2/vocab.txt" >"$work/tampered/vocab.txt"
+python3 e2e/apiserver/hub.py --port-file "$work/hub.port" --log "$work/hub.log" \
+  --repo "$HUB_REPO@$HUB_REV=$cache/all-minilm-l6-v2" --repo "$HUB_REPO@$TAMPERED_REV=$work/tampered" &
+hub_pid=$!
+wait_for 10 "the hub serves" test -s "$work/hub.port"
+HUB="http://127.0.0.1:$(cat "$work/hub.port")"
+# What the fetch Job runs, against the mirror that serves other bytes: refused, nothing kept.
+if out="$(HF_ENDPOINT="$HUB" "$GELO" model fetch --repo "$HUB_REPO" --revision "$TAMPERED_REV" \
+  --out "$work/fetch-tampered" --expect-identity "$ID_MINILM" 2>&1)"; then fail "a tampered model was fetched"; fi
+[[ "$out" == *"identity"* ]] || fail "the tampered fetch failed for another reason: $out"
+[ -z "$(ls -A "$work/fetch-tampered")" ] || fail "a refused fetch left files behind"
+hub_mark=$(wc -l <"$work/hub.log") # what the Job asks comes after this line
 "$GELO" attest mock-pki --out "$work/mock-pki" >/dev/null
 kubectl -n "$NS" create secret generic gelo-mock-root --from-file="$work/mock-pki" >/dev/null
 kubectl -n "$NS" apply -f - >/dev/null <<EOF
@@ -85,17 +112,21 @@ kind: PersistentVolumeClaim
 metadata: {name: gelo-models}
 spec: {accessModes: [ReadOnlyMany], storageClassName: "", resources: {requests: {storage: 2Gi}}}
 EOF
-python3 - "$ID_MINILM" "$ID_SMOL" >"$work/pipeline.yaml" <<'PY'
+python3 - "$ID_MINILM" "$ID_SMOL" "$HUB_REPO" "$HUB_REV" >"$work/pipeline.yaml" <<'PY'
 import sys
-minilm, smol = sys.argv[1], sys.argv[2]
+minilm, smol, repo, rev = sys.argv[1:5]
 text = open("e2e/kind/sample-pipeline.yaml").read()
 for placeholder, real in (("1" * 64, minilm), ("2" * 64, smol), ("3" * 64, smol), ("4" * 64, minilm)):
     assert placeholder in text, placeholder
     text = text.replace(placeholder, real)
+# The embedder's model comes from the hub, through the operator's fetch Job.
+volume = "      volume:\n        claimName: gelo-models\n        subPath: all-minilm-l6-v2\n"
+assert volume in text
+text = text.replace(volume, f"      hub: {{repo: {repo}, revision: {rev}}}\n", 1)
 print(text, end="")
 PY
 kubectl apply -f "$work/pipeline.yaml" >/dev/null
-header="$(kubectl -n "$NS" get prp | head -1 | tr -s ' ')"
+header="$(kubectl -n "$NS" get prp | sed -n 1p | tr -s ' ')"
 [ "$header" = "NAME READY MODELS ATTESTED VERIFIED AGE" ] || fail "printer columns: '$header'"
 
 log "3. invalid pipelines are refused by the API server with the CRD's messages"
@@ -135,11 +166,11 @@ contexts: [{name: c, context: {cluster: c, user: gelo-operator}}]
 current-context: c
 EOF
 kubectl --kubeconfig "$work/operator.kubeconfig" auth whoami -o jsonpath='{.status.userInfo.username}' \
-  | grep -qx "system:serviceaccount:$SYSTEM_NS:gelo-operator" || fail "the operator's identity"
+  | grep -x "system:serviceaccount:$SYSTEM_NS:gelo-operator" >/dev/null || fail "the operator's identity"
 start_operator() {
   KUBECONFIG="$work/operator.kubeconfig" POD_NAMESPACE="$SYSTEM_NS" POD_NAME="gelo-operator-$1" \
     GELO_OPERATOR_ALLOW_MOCK_ROOTS=true GELO_OPERATOR_METRICS_ADDR=127.0.0.1:0 GELO_OPERATOR_LOG_FORMAT=text \
-    GELO_OPERATOR_LEADER_ELECT=true RUST_LOG=info "$operator" run >"$work/operator-$1.log" 2>&1 &
+    GELO_OPERATOR_LEADER_ELECT=true GELO_OPERATOR_HUB_ENDPOINT="$HUB" RUST_LOG=info "$operator" run >"$work/operator-$1.log" 2>&1 &
   operator_pid=$!
 }
 python3 e2e/apiserver/kubelet.py --kubeconfig "$KUBECONFIG" --namespace "$NS" --gelo "$GELO" \
@@ -165,17 +196,32 @@ manager="$(kubectl -n "$NS" get deployment demo-embedder -o jsonpath='{.metadata
 lease="$(kubectl -n "$SYSTEM_NS" get lease gelo-operator -o jsonpath='{.spec.holderIdentity}')"
 [ "$lease" = "gelo-operator-1" ] || fail "leader lease held by '$lease'"
 
-log "5. pods run, are attested and routed; a query through the gateway"
+log "5. the model fetched by the Job; pods run, are attested and routed; a query through the gateway"
 is_ready() { [ "$(cond Ready)" = "True" ]; }
 wait_for 300 "the pipeline Ready: every component has an attested route" is_ready
+job="$(kubectl -n "$NS" get jobs -l app.kubernetes.io/component=embedder -o jsonpath='{.items[*].metadata.name}')"
+[ "$job" = "demo-embedder-fetch-${HUB_REV:0:12}" ] || fail "the embedder's fetch Job: '$job'"
+[ "$(kubectl -n "$NS" get job "$job" -o jsonpath='{.status.succeeded}')" = 1 ] || fail "the fetch Job did not succeed"
+# Everything the Job asked of the hub named the pinned commit.
+tail -n +$((hub_mark + 1)) "$work/hub.log" >"$work/hub-job.log"
+grep -q "^GET /api/models/$HUB_REPO/revision/$HUB_REV\$" "$work/hub-job.log" || fail "the Job never asked the hub for the pinned commit"
+if grep -v "^GET /$HUB_REPO/resolve/$HUB_REV/\|^GET /api/models/$HUB_REPO/revision/$HUB_REV\$" "$work/hub-job.log"; then
+  fail "the Job asked the hub for something else than the pinned commit"
+fi
+grep -q "^GET /$HUB_REPO/resolve/$HUB_REV/model.safetensors\$" "$work/hub-job.log" || fail "the weights were not fetched from the hub"
+[ "$(identity "$work/pods/claims/demo-embedder-models/embedder")" = "$ID_MINILM" ] || fail "the claim does not hold the pinned model"
 routes() { kubectl -n "$NS" get configmap demo-routes -o jsonpath='{.data.routes\.json}'; }
-python3 - "$(routes)" <<'PY' || fail "routing table"
+every_replica_routed() {
+  python3 - "$(routes)" <<'PY'
 import json, sys
 t = json.loads(sys.argv[1])
 want = {"embedder": 2, "reranker": 1, "generator": 1, "gateway": 1}
 got = {c: len(t["components"].get(c, [])) for c in want}
 assert got == want, got
 PY
+}
+# Ready needs one verified pod per component; the second embedder may be a round later.
+wait_for 60 "every replica in the routing table" every_replica_routed
 kubectl -n "$NS" get configmap demo-routes -o jsonpath='{.data.policy\.json}' >"$work/policy.json"
 gateway_ip="$(kubectl -n "$NS" get pods -l app.kubernetes.io/component=gateway -o jsonpath='{.items[0].status.podIP}')"
 rag() { "$GELO" rag "$1" --gateway "$gateway_ip:50051" --policy "$work/policy.json" --expect-identity "$ID_MINILM" "${@:2}"; }
@@ -186,20 +232,54 @@ answer="$(rag query --max-tokens 24 "Which pods does the GELO operator route to?
 [[ "$answer" == *"Sources:"*"[text-"* ]] || fail "the answer does not list the ingested passage: $answer"
 log "   answered: $(echo "$answer" | head -1 | cut -c1-100)"
 
-log "6. a pod restarted with another launch measurement leaves the routes"
-victim="$(kubectl -n "$NS" get pods -l app.kubernetes.io/component=embedder -o jsonpath='{.items[0].metadata.name}')"
-victim_ip="$(kubectl -n "$NS" get pod "$victim" -o jsonpath='{.status.podIP}')"
+log "6. a pod restarted with another launch measurement gets no request and leaves the routes"
+# Embed calls a pod served, from its metrics port (the count restarts with its process).
+embeds() {
+  local m
+  m="$(curl -sf "http://$1:9090/metrics")" || return 1
+  python3 -c '
+import re, sys
+print(int(sum(float(v) for v in re.findall(r"^gelo_requests_total\{[^}]*method=\"Embed\"[^}]*\} (\S+)$", sys.argv[1], re.M))))' "$m"
+}
+query() { rag query --max-tokens 4 "Which pods does the GELO operator route to?" >/dev/null 2>&1; }
+# The victim is an embedder the gateway has been sending requests to.
+victim="" victim_ip=""
+for _ in $(seq 8); do
+  for pod in $(kubectl -n "$NS" get pods -l app.kubernetes.io/component=embedder -o jsonpath='{.items[*].metadata.name}'); do
+    ip="$(kubectl -n "$NS" get pod "$pod" -o jsonpath='{.status.podIP}')"
+    n="$(embeds "$ip")" || n=0
+    if [ "$n" -gt 0 ]; then victim=$pod victim_ip=$ip; break 2; fi
+  done
+  query || true
+done
+[ -n "$victim" ] || fail "no embedder served an Embed call"
 other_measurement="$(printf 'ab%.0s' $(seq 48))"
+# The operator is paused while the pod restarts, so the gateway meets the restarted process
+# while it is still in the routes (the worst case, a whole period; unpaused, the operator's
+# pod watch usually re-attests it first). Well within the 15 s lease.
+kill -STOP "$operator_pid"
 kubectl -n "$NS" annotate pod "$victim" e2e.gelo.dev/env="{\"GELO_MOCK_MEASUREMENT\": \"$other_measurement\"}" >/dev/null
-out_of_routes() { ! routes | grep -q "\"$victim_ip\""; }
+restarted() { [ "$(embeds "$victim_ip")" = 0 ]; }
+wait_for 10 "the victim restarted with the new measurement" restarted
+refused_by_gateway() { grep -h "$victim_ip:50051" "$work"/pods/demo-gateway-*.log | grep "is not allowed" >/dev/null; }
+sent=0 paused=$SECONDS
+while ! refused_by_gateway && [ $((SECONDS - paused)) -lt 6 ]; do
+  query && sent=$((sent + 1))
+done
+kill -CONT "$operator_pid"
+out_of_routes() { ! routes | grep "\"$victim_ip\"" >/dev/null; }
+refused_by_gateway || fail "the gateway never met the re-measured pod ($sent queries answered)"
+log "   the gateway refused the re-measured pod while it was routed; $sent queries answered meanwhile"
 wait_for 40 "the re-measured pod leaves the routing table (period 10 s)" out_of_routes
-rejected() { kubectl -n "$NS" get events -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep "$victim" | grep -q measurement_not_allowed; }
+n="$(embeds "$victim_ip")" || fail "the re-measured pod's metrics are unreachable"
+[ "$n" = 0 ] || fail "the re-measured pod served $n Embed calls"
+rejected() { kubectl -n "$NS" get events -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' | grep "$victim" | grep measurement_not_allowed >/dev/null; }
 wait_for 30 "the rejection is reported as an event naming the pod and the reason" rejected
 rag query --max-tokens 8 "Which pods does the GELO operator route to?" >/dev/null || fail "query with one embedder out"
 
 log "7. a field another manager set is reported, not overwritten"
 kubectl -n "$NS" label deployment demo-generator app.kubernetes.io/managed-by=someone-else --overwrite >/dev/null
-conflict() { kubectl -n "$NS" get events -o jsonpath='{range .items[?(@.reason=="FieldConflict")]}{.message}{"\n"}{end}' | grep "Deployment demo-generator" | grep -q "kubectl-label"; }
+conflict() { kubectl -n "$NS" get events -o jsonpath='{range .items[?(@.reason=="FieldConflict")]}{.message}{"\n"}{end}' | grep "Deployment demo-generator" | grep "kubectl-label" >/dev/null; }
 wait_for 40 "a FieldConflict event naming the object and the other manager" conflict
 label="$(kubectl -n "$NS" get deployment demo-generator -o jsonpath='{.metadata.labels.app\.kubernetes\.io/managed-by}')"
 [ "$label" = "someone-else" ] || fail "the operator overwrote another manager's field ($label)"
