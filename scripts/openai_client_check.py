@@ -14,12 +14,10 @@ Exits non-zero with a message on the first failed check.
 
 import argparse
 import math
-import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
+
+from gelo_up import ingest, start_up, stop
 
 try:
     import openai
@@ -36,25 +34,6 @@ def check(cond, what):
 def cosine(a, b):
     dot = sum(x * y for x, y in zip(a, b))
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-
-
-def start_up(gelo, state):
-    """Starts `gelo up` on free ports; returns the process and its ready-line fields."""
-    log = open(os.path.join(state, "up.log"), "w")
-    proc = subprocess.Popen(
-        [gelo, "up", "--state-dir", os.path.join(state, "up"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    deadline = time.time() + 900
-    for line in proc.stdout:
-        if line.startswith("GELO_READY role=up"):
-            return proc, dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if time.time() > deadline:
-            break
-    proc.kill()
-    raise SystemExit("FAIL: gelo up did not become ready; see " + log.name)
 
 
 def run_checks(base_url, gelo=None, state=None):
@@ -93,13 +72,7 @@ def run_checks(base_url, gelo=None, state=None):
     check(usage is not None and usage.completion_tokens == whole.usage.completion_tokens, "chat stream: usage chunk")
 
     if gelo and state:
-        env = dict(os.environ, GELO_UP_DIR=os.path.join(state, "up"))
-        subprocess.run(
-            [gelo, "ingest", "--id", "bees", "--text", "Honey bees tell their hive mates where flowers are with the waggle dance."],
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        ingest(gelo, state, "bees", "Honey bees tell their hive mates where flowers are with the waggle dance.")
     rag = client.chat.completions.create(
         model="gelo-rag",
         messages=[{"role": "user", "content": "How do honey bees tell each other where flowers are?"}],
@@ -142,11 +115,7 @@ def main():
         try:
             run_checks(f"http://{ready['http']}/v1", a.gelo, state)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
     print(f"openai {openai.__version__}: every check passed")
 
 

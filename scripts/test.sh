@@ -20,5 +20,7 @@ scripts/validate-manifests.sh
 e2e/apiserver/run.sh
 # The official openai Python client against `gelo up` (needs `pip install openai`; .ci/run does it).
 python3 scripts/openai_client_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo"
+# The HTTP API fuzzed against its OpenAPI document (/openapi.json) by schemathesis (.ci/run installs it).
+python3 scripts/openapi_fuzz.py --gelo "$CARGO_TARGET_DIR/debug/gelo" --examples 10
 # Confidentiality evidence: the attack harness at CI size; exits non-zero on a gate (docs/SECURITY.md).
 attack/run.sh

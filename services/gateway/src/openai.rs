@@ -6,6 +6,7 @@
 //! | `POST /v1/chat/completions` | OpenAI chat completions, `stream: true` as server-sent events ending in `data: [DONE]` |
 //! | `POST /v1/rerank` | Cohere/Jina rerank: `query`, `documents`, `top_n` → `results[{index, relevance_score}]` |
 //! | `GET /v1/models` | the models below |
+//! | `GET /openapi.json` | the OpenAPI 3.0 document of these routes (`openapi.json` beside this file) |
 //!
 //! Models: `gelo-embedder`, `gelo-reranker`, `gelo-generator` (plain chat) and `gelo-rag`:
 //! chat completions answered from the document store — the last user message is the
@@ -67,6 +68,7 @@ pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/rerank", post(rerank))
         .route("/v1/models", get(models))
+        .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", "method not allowed on this route")
@@ -169,6 +171,16 @@ fn now() -> u64 {
 
 fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", hex::encode(&attest::random_nonce()[..12]))
+}
+
+// ---------------------------------------------------------------------------------------
+// /openapi.json
+
+/// The OpenAPI document of this router; CI fuzzes the running gateway against it.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -706,4 +718,38 @@ fn sse(
         observe(&s.metrics, "openai.ChatCompletions", t, &outcome);
     });
     Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx)).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document describes exactly the routes the router serves, and parses.
+    #[test]
+    fn the_openapi_document_lists_the_routes() {
+        let doc: Value = serde_json::from_str(OPENAPI).expect("openapi.json parses");
+        assert_eq!(doc["openapi"], "3.0.3");
+        let mut paths: Vec<&str> = doc["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
+        paths.sort_unstable();
+        assert_eq!(paths, ["/openapi.json", "/v1/chat/completions", "/v1/embeddings", "/v1/models", "/v1/rerank"]);
+        // Every $ref resolves.
+        fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+            match v {
+                Value::Object(o) => {
+                    if let Some(Value::String(r)) = o.get("$ref") {
+                        out.push(r);
+                    }
+                    o.values().for_each(|v| refs(v, out));
+                }
+                Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+                _ => {}
+            }
+        }
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        for r in all {
+            let pointer = r.strip_prefix('#').expect("local ref");
+            assert!(doc.pointer(pointer).is_some(), "{r} does not resolve");
+        }
+    }
 }

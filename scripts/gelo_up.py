@@ -1,0 +1,42 @@
+"""Starting and stopping `gelo up` for the scripts that check a running stack (imported by
+scripts/openai_client_check.py and scripts/openapi_fuzz.py)."""
+
+import os
+import signal
+import subprocess
+import time
+
+
+def start_up(gelo, state, env=None, timeout=900):
+    """Starts `gelo up` on free loopback ports with its state under `state`; returns the
+    process and the fields of its ready line (`grpc`, `http`, ...)."""
+    log = open(os.path.join(state, "up.log"), "w")
+    proc = subprocess.Popen(
+        [gelo, "up", "--state-dir", os.path.join(state, "up"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env=env,
+    )
+    deadline = time.time() + timeout
+    for line in proc.stdout:
+        if line.startswith("GELO_READY role=up"):
+            return proc, dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if time.time() > deadline:
+            break
+    proc.kill()
+    raise SystemExit("FAIL: gelo up did not become ready; see " + log.name)
+
+
+def ingest(gelo, state, doc_id, text):
+    """Adds one document to the running stack's store through the gelo CLI."""
+    env = dict(os.environ, GELO_UP_DIR=os.path.join(state, "up"))
+    subprocess.run([gelo, "ingest", "--id", doc_id, "--text", text], env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
