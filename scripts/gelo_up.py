@@ -7,12 +7,13 @@ import subprocess
 import time
 
 
-def start_up(gelo, state, env=None, timeout=900):
-    """Starts `gelo up` on free loopback ports with its state under `state`; returns the
-    process and the fields of its ready line (`grpc`, `http`, ...)."""
+def start_up(gelo, state, env=None, timeout=900, args=()):
+    """Starts `gelo up` on free loopback ports with its state under `state` (and `args`,
+    more flags of `gelo up`); returns the process and the fields of its ready line (`grpc`,
+    `http`, ...)."""
     log = open(os.path.join(state, "up.log"), "w")
     proc = subprocess.Popen(
-        [gelo, "up", "--state-dir", os.path.join(state, "up"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"],
+        [gelo, "up", "--state-dir", os.path.join(state, "up"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *args],
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
@@ -30,8 +31,13 @@ def start_up(gelo, state, env=None, timeout=900):
 
 def ingest(gelo, state, doc_id, text):
     """Adds one document to the running stack's store through the gelo CLI."""
+    ingest_paths(gelo, state, ["--id", doc_id, "--text", text])
+
+
+def ingest_paths(gelo, state, args):
+    """`gelo ingest ARGS` against the running stack (files, folders, or --text)."""
     env = dict(os.environ, GELO_UP_DIR=os.path.join(state, "up"))
-    subprocess.run([gelo, "ingest", "--id", doc_id, "--text", text], env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([gelo, "ingest", *args], env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def stop(proc):

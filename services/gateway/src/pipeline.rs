@@ -56,6 +56,8 @@ pub struct Settings {
     pub context_chars: usize,
     /// Answer tokens when a Query says 0.
     pub max_tokens: u32,
+    /// Repetition penalty of a Query's answer (1: none); chosen on eval/rag/questions.jsonl.
+    pub repetition_penalty: f32,
 }
 
 impl Default for Settings {
@@ -76,6 +78,7 @@ impl Default for Settings {
             max_question_bytes: 32 << 10,
             context_chars: 6000,
             max_tokens: 256,
+            repetition_penalty: 1.0,
         }
     }
 }
@@ -303,6 +306,7 @@ impl Pipeline {
             max_tokens: if q.max_tokens == 0 { self.settings.max_tokens } else { q.max_tokens },
             temperature: q.temperature,
             seed: q.seed,
+            repetition_penalty: self.settings.repetition_penalty,
             ..Default::default()
         };
         let start = Instant::now();

@@ -120,6 +120,9 @@ pub struct GatewayArgs {
     /// Answer tokens when a Query does not say.
     #[arg(long, env = "GELO_MAX_ANSWER_TOKENS", default_value_t = Settings::default().max_tokens)]
     pub max_answer_tokens: u32,
+    /// Repetition penalty of a Query's answer (1: none).
+    #[arg(long, env = "GELO_ANSWER_REPETITION_PENALTY", default_value_t = Settings::default().repetition_penalty)]
+    pub answer_repetition_penalty: f32,
     /// Largest document (bytes of text, title and metadata).
     #[arg(long, env = "GELO_MAX_DOCUMENT_BYTES", default_value_t = Settings::default().max_document_bytes)]
     pub max_document_bytes: usize,
@@ -174,6 +177,7 @@ impl GatewayArgs {
             rerank_candidates: self.rerank_candidates,
             context_chars: self.context_chars,
             max_tokens: self.max_answer_tokens,
+            repetition_penalty: self.answer_repetition_penalty,
             max_document_bytes: self.max_document_bytes,
             ..Settings::default()
         };

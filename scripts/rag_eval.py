@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Scores GELO's answers on a question set with reference facts (eval/rag/questions.jsonl).
+
+    python3 scripts/rag_eval.py --gelo PATH/TO/gelo [--up-args "--qwen"] [--json out.json]
+
+Starts `gelo up` (with `--up-args`), ingests the project's README.md and docs/, asks every
+question through the OpenAI-compatible API (model gelo-rag, streamed, temperature 0) and
+scores each answer on three counts:
+  facts     every fact group of the question has one of its strings in the answer
+            (case-insensitive);
+  cited     the answer cites at least one passage, and every citation is a passage it was
+            given (no unknown citation);
+  fluent    no degenerate repetition: no word 4-gram three times or more, and at most a
+            third of the answer's words repeated 4-grams.
+A question passes when all three hold. Prints one line per question, then the pass rate,
+each count's rate and the median time to first token; --json writes all of it.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+
+from gelo_up import ingest_paths, start_up, stop
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def ask(base, question, max_tokens):
+    body = {"model": "gelo-rag", "messages": [{"role": "user", "content": question}], "stream": True, "temperature": 0}
+    if max_tokens:
+        body["max_tokens"] = max_tokens
+    req = urllib.request.Request(f"{base}/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    t0 = time.time()
+    ttft, text, passages, cites = None, [], [], {"citations": [], "unknown_citations": []}
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(chunk["error"].get("message", "error"))
+            passages += [p["id"] for p in chunk.get("passages", [])]
+            if "citations" in chunk:
+                cites = chunk["citations"]
+            for c in chunk.get("choices", []):
+                piece = (c.get("delta") or {}).get("content") or ""
+                if piece:
+                    ttft = ttft if ttft is not None else time.time() - t0
+                    text.append(piece)
+    return "".join(text), passages, cites, ttft, time.time() - t0
+
+
+def degenerate(text):
+    words = re.findall(r"\w+", text.lower())
+    grams = [tuple(words[i:i + 4]) for i in range(len(words) - 3)]
+    counts = {}
+    for g in grams:
+        counts[g] = counts.get(g, 0) + 1
+    repeated = sum(c for c in counts.values() if c > 1)
+    return any(c >= 3 for c in counts.values()) or (len(words) >= 12 and repeated > len(words) / 3)
+
+
+def score(item, text, cites):
+    low = text.lower()
+    facts = all(any(f.lower() in low for f in group) for group in item["facts"])
+    cited = len(cites.get("citations", [])) > 0 and not cites.get("unknown_citations")
+    fluent = bool(text.strip()) and not degenerate(text)
+    return {"facts": facts, "cited": cited, "fluent": fluent, "pass": facts and cited and fluent}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gelo", required=True)
+    ap.add_argument("--up-args", default="", help="more flags for gelo up, e.g. --qwen")
+    ap.add_argument("--questions", default=os.path.join(ROOT, "eval/rag/questions.jsonl"))
+    ap.add_argument("--max-tokens", type=int, default=0, help="0: the gateway's default")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--env", action="append", default=[], help="K=V for gelo up and its services, e.g. GELO_QUERY_TOP_K=3")
+    a = ap.parse_args()
+    items = [json.loads(line) for line in open(a.questions) if line.strip()]
+    with tempfile.TemporaryDirectory() as state:
+        env = dict(os.environ, **dict(kv.split("=", 1) for kv in a.env))
+        proc, ready = start_up(a.gelo, state, env=env, args=a.up_args.split())
+        try:
+            t0 = time.time()
+            ingest_paths(a.gelo, state, [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "docs")])
+            ingest_s = time.time() - t0
+            base = f"http://{ready['http']}"
+            rows = []
+            for item in items:
+                text, passages, cites, ttft, total = ask(base, item["q"], a.max_tokens)
+                s = score(item, text, cites)
+                rows.append({"q": item["q"], "answer": text, "passages": passages, **cites, "ttft_s": ttft, "total_s": total, **s})
+                mark = "PASS" if s["pass"] else "fail " + ",".join(k for k in ("facts", "cited", "fluent") if not s[k])
+                print(f"{mark:<22} {ttft or 0:5.2f}s  {item['q'][:60]:<60}  {' '.join(text.split())[:90]}", flush=True)
+        finally:
+            stop(proc)
+    n = len(rows)
+    rate = lambda k: sum(r[k] for r in rows) / n
+    ttfts = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
+    summary = {"label": a.label, "up_args": a.up_args, "env": a.env, "questions": n, "pass": rate("pass"), "facts": rate("facts"),
+               "cited": rate("cited"), "fluent": rate("fluent"), "median_ttft_s": statistics.median(ttfts) if ttfts else None,
+               "median_total_s": statistics.median(r["total_s"] for r in rows), "ingest_s": ingest_s}
+    print(json.dumps(summary))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"summary": summary, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
