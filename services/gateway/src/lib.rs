@@ -36,7 +36,7 @@ use server::{
 };
 use tokio::net::TcpListener;
 
-pub use backends::{routes::RoutesSource, BackendSpec, Pool, VerifyTiming};
+pub use backends::{routes::RoutesSource, BackendSpec, BackendStatus, Pool, Trust, VerifyTiming};
 pub use error::{GatewayError, Result};
 pub use pipeline::{Pipeline, Settings};
 pub use roles::Role;
