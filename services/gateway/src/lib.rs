@@ -11,7 +11,8 @@
 //! - [`chunker`]: documents into passages by the embedder's tokens.
 //! - [`docstore`]: the sealed store on disk and its key.
 //! - [`prompt`]: the RAG prompt and citation checking.
-//! - [`grpc`], [`openai`]: the two front doors.
+//! - [`grpc`], [`openai`]: the two front doors; on the HTTP one also [`documents`] (add
+//!   documents) and [`trust`] (the backends' verified state).
 //! - [`error`]: the one error type and its gRPC mapping.
 //!
 //! [`run`] puts them together: the `gelo gateway` command is a thin shell around it.
@@ -19,12 +20,14 @@
 pub mod backends;
 pub mod chunker;
 pub mod docstore;
+pub mod documents;
 pub mod error;
 pub mod grpc;
 pub mod openai;
 pub mod pipeline;
 pub mod prompt;
 pub mod roles;
+pub mod trust;
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 

@@ -7,6 +7,9 @@
 //! | `POST /v1/rerank` | Cohere/Jina rerank: `query`, `documents`, `top_n` → `results[{index, relevance_score}]` |
 //! | `GET /v1/models` | the models below |
 //!
+//! The same router serves GELO's own routes: `POST /v1/documents` ([`crate::documents`])
+//! and `GET /v1/trust` ([`crate::trust`]).
+//!
 //! Models: `gelo-embedder`, `gelo-reranker`, `gelo-generator` (plain chat) and `gelo-rag`:
 //! chat completions answered from the document store — the last user message is the
 //! question, the answer cites passage ids, and the response carries the passages
@@ -54,12 +57,12 @@ pub const RAG: &str = "gelo-rag";
 /// Largest request body.
 const MAX_BODY: usize = 16 << 20;
 
-struct AppState {
-    pipeline: Arc<Pipeline>,
-    metrics: Metrics,
+pub(crate) struct AppState {
+    pub(crate) pipeline: Arc<Pipeline>,
+    pub(crate) metrics: Metrics,
 }
 
-type St = State<Arc<AppState>>;
+pub(crate) type St = State<Arc<AppState>>;
 
 pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
     Router::new()
@@ -67,6 +70,8 @@ pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/rerank", post(rerank))
         .route("/v1/models", get(models))
+        .route("/v1/documents", post(crate::documents::add))
+        .route("/v1/trust", get(crate::trust::report))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", "method not allowed on this route")
@@ -88,16 +93,26 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
         ApiError { status, kind, code, message: message.into(), param: None }
     }
 
-    fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_request", message)
     }
 
-    fn param(mut self, p: &'static str) -> Self {
+    pub(crate) fn param(mut self, p: &'static str) -> Self {
         self.param = Some(p);
+        self
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The same error, its message followed by `context`.
+    pub(crate) fn context(mut self, context: impl std::fmt::Display) -> Self {
+        self.message = format!("{}; {context}", self.message);
         self
     }
 
@@ -158,7 +173,7 @@ impl From<JsonRejection> for ApiError {
 }
 
 /// Records the outcome of one HTTP call in the gateway's metrics.
-fn observe<T>(m: &Metrics, method: &str, t: Instant, r: &Result<T, ApiError>) {
+pub(crate) fn observe<T>(m: &Metrics, method: &str, t: Instant, r: &Result<T, ApiError>) {
     let code = r.as_ref().map_or_else(ApiError::grpc_code, |_| Code::Ok);
     m.observe(method, code, t.elapsed().as_secs_f64());
 }
