@@ -12,13 +12,14 @@
 //! - [`docstore`]: the sealed store on disk and its key.
 //! - [`prompt`]: the RAG prompt and citation checking.
 //! - [`grpc`], [`openai`]: the two front doors; on the HTTP one also [`documents`] (add
-//!   documents) and [`trust`] (the backends' verified state).
+//!   documents), [`trust`] (the backends' verified state) and [`console`] (the web page).
 //! - [`error`]: the one error type and its gRPC mapping.
 //!
 //! [`run`] puts them together: the `gelo gateway` command is a thin shell around it.
 
 pub mod backends;
 pub mod chunker;
+pub mod console;
 pub mod docstore;
 pub mod documents;
 pub mod error;

@@ -7,8 +7,8 @@
 //! | `POST /v1/rerank` | Cohere/Jina rerank: `query`, `documents`, `top_n` → `results[{index, relevance_score}]` |
 //! | `GET /v1/models` | the models below |
 //!
-//! The same router serves GELO's own routes: `POST /v1/documents` ([`crate::documents`])
-//! and `GET /v1/trust` ([`crate::trust`]).
+//! The same router serves GELO's own routes: `POST /v1/documents` ([`crate::documents`]),
+//! `GET /v1/trust` ([`crate::trust`]) and the web console at `/` ([`crate::console`]).
 //!
 //! Models: `gelo-embedder`, `gelo-reranker`, `gelo-generator` (plain chat) and `gelo-rag`:
 //! chat completions answered from the document store — the last user message is the
@@ -72,6 +72,7 @@ pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/documents", post(crate::documents::add))
         .route("/v1/trust", get(crate::trust::report))
+        .merge(crate::console::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", "method not allowed on this route")

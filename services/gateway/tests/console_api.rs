@@ -1,7 +1,7 @@
 //! The console's HTTP routes on the gateway's real router: `POST /v1/documents` through the
 //! ingest pipeline (the real MiniLM tokenizer, a sealed store, an in-process RA-TLS embedder
 //! returning made-up vectors), `GET /v1/trust` over one verified, one refused and one
-//! unavailable backend.
+//! unavailable backend, and the console page with its assets.
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -98,12 +98,20 @@ async fn gateway(specs: &[BackendSpec], data: &std::path::Path) -> SocketAddr {
 
 struct Reply {
     status: u16,
+    head: String,
     body: String,
 }
 
 impl Reply {
     fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
     }
 }
 
@@ -118,7 +126,7 @@ async fn call(addr: SocketAddr, method: &str, path: &str, content_type: Option<&
     let text = String::from_utf8(out).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    Reply { status, body: body.to_string() }
+    Reply { status, head: head.to_string(), body: body.to_string() }
 }
 
 async fn post(addr: SocketAddr, path: &str, body: &Value) -> Reply {
@@ -238,4 +246,32 @@ async fn the_trust_report_tells_verified_refused_and_unavailable_backends_apart(
         assert_eq!(out["policy_sha256"], digest.as_str());
     }
     assert_error(&post(gw, "/v1/trust", &json!({})).await, 405, "method_not_allowed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_is_served_from_the_binary_and_loads_nothing_from_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(&[], dir.path()).await;
+    let page = call(gw, "GET", "/", None, "").await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("content-type").as_deref(), Some("text/html; charset=utf-8"));
+    let csp = page.header("content-security-policy").expect("a CSP");
+    assert!(csp.contains("default-src 'none'") && csp.contains("connect-src 'self'") && csp.contains("script-src 'self'"), "{csp}");
+    assert_eq!(page.header("x-content-type-options").as_deref(), Some("nosniff"));
+    for id in ["doc-form", "doc-files", "ask-form", "answer", "sources", "trust-table", "trust-refresh"] {
+        assert!(page.body.contains(&format!("id=\"{id}\"")), "the page has #{id}");
+    }
+    let mut assets = vec![page.body.clone()];
+    for (path, ct) in [("/console/console.js", "text/javascript; charset=utf-8"), ("/console/console.css", "text/css; charset=utf-8")] {
+        let r = call(gw, "GET", path, None, "").await;
+        assert_eq!((r.status, r.header("content-type").as_deref()), (200, Some(ct)), "{path}");
+        assert!(page.body.contains(path), "the page loads {path}");
+        assets.push(r.body);
+    }
+    for a in &assets {
+        assert!(!a.contains("http://") && !a.contains("https://") && !a.contains("//cdn"), "an asset names another host");
+        assert!(!a.contains("console.log") && !a.contains("innerHTML"), "no content logging, no HTML parsing of content");
+    }
+    assert!(assets[1].contains("/v1/documents") && assets[1].contains("/v1/trust") && assets[1].contains("gelo-rag"));
+    assert_error(&call(gw, "GET", "/console/missing.js", None, "").await, 404, "not_found");
 }
