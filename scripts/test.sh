@@ -20,5 +20,8 @@ scripts/validate-manifests.sh
 e2e/apiserver/run.sh
 # The official openai Python client against `gelo up` (needs `pip install openai`; .ci/run does it).
 python3 scripts/openai_client_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo"
+# The web console in headless Chromium against `gelo up`: documents, a streamed cited answer,
+# the Trust view with a stopped backend (needs chromium, chromium-driver and selenium; .ci/run).
+python3 scripts/console_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo" --screenshot "$CARGO_TARGET_DIR/console-check/console.png"
 # Confidentiality evidence: the attack harness at CI size; exits non-zero on a gate (docs/SECURITY.md).
 attack/run.sh
