@@ -22,5 +22,8 @@ e2e/apiserver/run.sh
 python3 scripts/openai_client_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo"
 # The HTTP API fuzzed against its OpenAPI document (/openapi.json) by schemathesis (.ci/run installs it).
 python3 scripts/openapi_fuzz.py --gelo "$CARGO_TARGET_DIR/debug/gelo" --examples 10
+# The web console in headless Chromium against `gelo up`: documents, a streamed cited answer,
+# the Trust view with a stopped backend (needs chromium, chromium-driver and selenium; .ci/run).
+python3 scripts/console_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo" --screenshot "$CARGO_TARGET_DIR/console-check/console.png"
 # Confidentiality evidence: the attack harness at CI size; exits non-zero on a gate (docs/SECURITY.md).
 attack/run.sh

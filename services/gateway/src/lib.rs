@@ -11,20 +11,24 @@
 //! - [`chunker`]: documents into passages by the embedder's tokens.
 //! - [`docstore`]: the sealed store on disk and its key.
 //! - [`prompt`]: the RAG prompt and citation checking.
-//! - [`grpc`], [`openai`]: the two front doors.
+//! - [`grpc`], [`openai`]: the two front doors; on the HTTP one also [`documents`] (add
+//!   documents), [`trust`] (the backends' verified state) and [`console`] (the web page).
 //! - [`error`]: the one error type and its gRPC mapping.
 //!
 //! [`run`] puts them together: the `gelo gateway` command is a thin shell around it.
 
 pub mod backends;
 pub mod chunker;
+pub mod console;
 pub mod docstore;
+pub mod documents;
 pub mod error;
 pub mod grpc;
 pub mod openai;
 pub mod pipeline;
 pub mod prompt;
 pub mod roles;
+pub mod trust;
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -36,7 +40,7 @@ use server::{
 };
 use tokio::net::TcpListener;
 
-pub use backends::{routes::RoutesSource, BackendSpec, Pool, VerifyTiming};
+pub use backends::{routes::RoutesSource, BackendSpec, BackendStatus, Pool, Trust, VerifyTiming};
 pub use error::{GatewayError, Result};
 pub use pipeline::{Pipeline, Settings};
 pub use roles::Role;

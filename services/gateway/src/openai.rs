@@ -8,6 +8,9 @@
 //! | `GET /v1/models` | the models below |
 //! | `GET /openapi.json` | the OpenAPI 3.0 document of these routes (`openapi.json` beside this file) |
 //!
+//! The same router serves GELO's own routes: `POST /v1/documents` ([`crate::documents`]),
+//! `GET /v1/trust` ([`crate::trust`]) and the web console at `/` ([`crate::console`]).
+//!
 //! Models: `gelo-embedder`, `gelo-reranker`, `gelo-generator` (plain chat) and `gelo-rag`:
 //! chat completions answered from the document store — the last user message is the
 //! question, the answer cites passage ids, and the response carries the passages
@@ -55,12 +58,12 @@ pub const RAG: &str = "gelo-rag";
 /// Largest request body.
 const MAX_BODY: usize = 16 << 20;
 
-struct AppState {
-    pipeline: Arc<Pipeline>,
-    metrics: Metrics,
+pub(crate) struct AppState {
+    pub(crate) pipeline: Arc<Pipeline>,
+    pub(crate) metrics: Metrics,
 }
 
-type St = State<Arc<AppState>>;
+pub(crate) type St = State<Arc<AppState>>;
 
 pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
     Router::new()
@@ -69,6 +72,9 @@ pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
         .route("/v1/rerank", post(rerank))
         .route("/v1/models", get(models))
         .route("/openapi.json", get(openapi))
+        .route("/v1/documents", post(crate::documents::add))
+        .route("/v1/trust", get(crate::trust::report))
+        .merge(crate::console::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", "method not allowed on this route")
@@ -90,16 +96,26 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
         ApiError { status, kind, code, message: message.into(), param: None }
     }
 
-    fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_request", message)
     }
 
-    fn param(mut self, p: &'static str) -> Self {
+    pub(crate) fn param(mut self, p: &'static str) -> Self {
         self.param = Some(p);
+        self
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The same error, its message followed by `context`.
+    pub(crate) fn context(mut self, context: impl std::fmt::Display) -> Self {
+        self.message = format!("{}; {context}", self.message);
         self
     }
 
@@ -160,7 +176,7 @@ impl From<JsonRejection> for ApiError {
 }
 
 /// Records the outcome of one HTTP call in the gateway's metrics.
-fn observe<T>(m: &Metrics, method: &str, t: Instant, r: &Result<T, ApiError>) {
+pub(crate) fn observe<T>(m: &Metrics, method: &str, t: Instant, r: &Result<T, ApiError>) {
     let code = r.as_ref().map_or_else(ApiError::grpc_code, |_| Code::Ok);
     m.observe(method, code, t.elapsed().as_secs_f64());
 }
@@ -731,7 +747,21 @@ mod tests {
         assert_eq!(doc["openapi"], "3.0.3");
         let mut paths: Vec<&str> = doc["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
         paths.sort_unstable();
-        assert_eq!(paths, ["/openapi.json", "/v1/chat/completions", "/v1/embeddings", "/v1/models", "/v1/rerank"]);
+        assert_eq!(
+            paths,
+            [
+                "/",
+                "/console/console.css",
+                "/console/console.js",
+                "/openapi.json",
+                "/v1/chat/completions",
+                "/v1/documents",
+                "/v1/embeddings",
+                "/v1/models",
+                "/v1/rerank",
+                "/v1/trust"
+            ]
+        );
         // Every $ref resolves.
         fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
             match v {

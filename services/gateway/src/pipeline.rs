@@ -371,7 +371,16 @@ impl Pipeline {
     }
 
     pub fn ingest(self: &Arc<Self>) -> Ingest {
-        Ingest { pipe: self.clone(), pending: Vec::new(), pending_chunks: 0, documents: 0, chunks: 0, skipped: Vec::new(), seen: 0 }
+        Ingest {
+            pipe: self.clone(),
+            pending: Vec::new(),
+            pending_chunks: 0,
+            documents: 0,
+            chunks: 0,
+            skipped: Vec::new(),
+            seen: 0,
+            stored: None,
+        }
     }
 }
 
@@ -436,9 +445,23 @@ pub struct Ingest {
     pub chunks: u32,
     pub skipped: Vec<Skipped>,
     seen: usize,
+    /// Each committed document's id and passage count, when asked for ([`Ingest::listing`]);
+    /// not for a gRPC stream, which may carry a whole corpus.
+    stored: Option<Vec<(String, u32)>>,
 }
 
 impl Ingest {
+    /// Keeps the id and passage count of every document committed from now on.
+    pub fn listing(mut self) -> Self {
+        self.stored = Some(Vec::new());
+        self
+    }
+
+    /// The documents committed so far, with their passage counts (empty unless [`Self::listing`]).
+    pub fn stored(&self) -> &[(String, u32)] {
+        self.stored.as_deref().unwrap_or_default()
+    }
+
     fn skip(&mut self, id: &str, reason: impl Into<String>) {
         self.skipped.push(Skipped { id: id.to_string(), reason: reason.into() });
     }
@@ -513,6 +536,8 @@ impl Ingest {
         let docstore = self.pipe.store.clone();
         let store = tokio::task::spawn_blocking(move || docstore.get_or_create(dim)).await??;
         let mut vectors = vectors.into_iter();
+        let listed: Option<Vec<(String, u32)>> =
+            self.stored.as_ref().map(|_| self.pending.iter().map(|d| (d.id.clone(), d.passages.len() as u32)).collect());
         let docs: Vec<store::Document> = std::mem::take(&mut self.pending)
             .into_iter()
             .map(|d| store::Document {
@@ -531,6 +556,12 @@ impl Ingest {
         tokio::task::spawn_blocking(move || store.upsert(&docs)).await??;
         self.documents += n_docs;
         self.chunks += n_chunks;
+        if let (Some(stored), Some(listed)) = (&mut self.stored, listed) {
+            for (id, n) in listed {
+                stored.retain(|(earlier, _)| *earlier != id); // replaced by the later copy
+                stored.push((id, n));
+            }
+        }
         Ok(())
     }
 }

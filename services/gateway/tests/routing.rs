@@ -15,7 +15,7 @@ use std::{
 
 use api::v1::{embedder_client::EmbedderClient, embedder_server, EmbedRequest, EmbedResponse, Embedding};
 use attest::{issuer::default_mock_measurement, MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot};
-use gateway::{BackendSpec, Pool, Role, VerifyTiming};
+use gateway::{BackendSpec, Pool, Role, Trust, VerifyTiming};
 use server::serve::{health, serve, ServeOptions, Transport};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::{Request, Response, Status};
@@ -181,6 +181,18 @@ async fn requests_spread_fail_over_fail_closed_and_come_back() {
     pool.set_backends(&[a.spec(), b.spec()]);
     verified(&pool, 2).await;
 
+    // A verified backend reports what its fresh evidence proved (the trust report's row).
+    let up = pool.status().into_iter().find(|s| s.endpoint == a.addr.to_string()).unwrap();
+    assert_eq!((up.trust, up.reason_code, up.issuer.as_str()), (Trust::Verified, "", "mock"));
+    assert_eq!(up.measurement, hex::encode(default_mock_measurement()));
+    assert_eq!((up.model_identity.clone(), up.expected_model_identity.clone()), (hex::encode(MODEL), hex::encode(MODEL)));
+    assert_eq!(up.chip_id.len(), 128, "{up:?}");
+    assert!(up.tcb.is_some() && up.verified_age.is_some(), "{up:?}");
+    assert_eq!(up.policy_sha256, hex::encode(policy().digest().unwrap()));
+    assert_eq!(pool.policy_sha256(), Some(policy().digest().unwrap()));
+    let scheme: serde_json::Value = serde_json::from_str(&up.scheme_json).unwrap();
+    assert_eq!(scheme["protocol"]["executor"], "sealed");
+
     // Round-robin over the verified replicas.
     for _ in 0..10 {
         embed(&pool).await.unwrap();
@@ -195,6 +207,10 @@ async fn requests_spread_fail_over_fail_closed_and_come_back() {
     let st = pool.status();
     let down = st.iter().find(|s| s.endpoint == a.addr.to_string()).unwrap();
     assert!(!down.verified && !down.reason.is_empty(), "{down:?}");
+    // Gone is unavailable, not refused, and a backend out of rotation proves nothing now.
+    assert_eq!(down.trust, Trust::Unavailable, "{down:?}");
+    assert!(["request_failed", "unreachable", "timeout"].contains(&down.reason_code), "{down:?}");
+    assert!(down.measurement.is_empty() && down.tcb.is_none() && down.verified_age.is_none(), "{down:?}");
 
     // B stops too: fail closed, UNAVAILABLE, naming the role and each backend's reason.
     b.stop().await;
@@ -298,6 +314,10 @@ async fn another_role_or_an_unpinned_key_is_never_called() {
     let reasons: Vec<&str> = st.iter().filter(|s| !s.verified).map(|s| s.reason.as_str()).collect();
     assert!(reasons.iter().any(|r| r.starts_with("role_not_allowed")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.starts_with("tls_key_not_pinned")), "{reasons:?}");
+    // Both are verdicts on what the backend proved: refused, with the verifier's reason code.
+    let mut codes: Vec<(Trust, &str)> = st.iter().filter(|s| !s.verified).map(|s| (s.trust, s.reason_code)).collect();
+    codes.sort_by_key(|c| c.1);
+    assert_eq!(codes, [(Trust::Refused, "role_not_allowed"), (Trust::Refused, "tls_key_not_pinned")]);
     assert_eq!(good.calls.load(Ordering::SeqCst), 8);
 }
 

@@ -71,41 +71,99 @@ impl Default for VerifyTiming {
     }
 }
 
-/// What one backend looks like now, for `Stats` and logs.
+/// What one backend looks like now, for `Stats`, the trust report (`GET /v1/trust`) and logs.
+/// The attested facts are empty unless the backend is verified: a backend out of rotation
+/// proves nothing now.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendStatus {
     pub role: Role,
     pub endpoint: String,
     pub verified: bool,
+    pub trust: Trust,
+    /// Why it is out of rotation, `<code>: <detail>`; empty when verified.
     pub reason: String,
+    /// The stable part of `reason`: the verifier's reason (`measurement_not_allowed`, ...)
+    /// when refused, `unreachable`, `timeout`, ... when unavailable; empty when verified.
+    pub reason_code: &'static str,
+    /// The model identity it must prove (hex), when the configuration names one.
+    pub expected_model_identity: String,
+    /// SHA-256 of the gateway's backend policy ([`Policy::digest`]) this backend is checked
+    /// against (narrowed to its role); what the gateway attests as `backend_policy_sha256`.
+    pub policy_sha256: String,
     pub model_identity: String,
     pub tls_spki_sha256: String,
     pub measurement: String,
+    pub chip_id: String,
+    pub tcb: Option<attest::Tcb>,
+    /// `mock` or `sev-snp`, as proven by the root its chain ends at.
+    pub issuer: String,
+    /// The protection scheme it attested, as the JSON it signed.
+    pub scheme_json: String,
+    /// Age of its latest fresh-nonce evidence.
     pub verified_age: Option<Duration>,
     pub requests: u64,
 }
 
-pub(crate) enum State {
-    Pending,
-    Verified { channel: Box<AttestedChannel>, facts: Facts, at: Instant },
-    Failed { reason: String },
+/// Where a backend stands with the gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// Its latest fresh evidence satisfied the policy and it is healthy: it gets requests.
+    Verified,
+    /// Its evidence or identity did not satisfy the policy: a verdict, not an outage.
+    Refused,
+    /// Not reachable, too slow, not serving, broke during a request, or not tried yet.
+    Unavailable,
 }
 
-/// What the latest verification proved (hex), kept for `Stats`.
-#[derive(Clone, Debug, Default)]
+impl Trust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Verified => "verified",
+            Trust::Refused => "refused",
+            Trust::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Why a backend is out of rotation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Failure {
+    trust: Trust,
+    code: &'static str,
+    reason: String,
+}
+
+impl Failure {
+    /// A verdict: `code` is the verifier's reason or a check of the gateway's own.
+    pub(crate) fn refused(code: &'static str, reason: String) -> Self {
+        Failure { trust: Trust::Refused, code, reason }
+    }
+
+    pub(crate) fn unavailable(code: &'static str, reason: String) -> Self {
+        Failure { trust: Trust::Unavailable, code, reason }
+    }
+
+    fn pending() -> Self {
+        Self::unavailable("not_verified_yet", "not verified yet".into())
+    }
+}
+
+pub(crate) enum State {
+    Pending,
+    Verified { channel: Box<AttestedChannel>, facts: Box<Facts>, at: Instant },
+    Failed(Failure),
+}
+
+/// What the latest verification proved, kept for `Stats` and the trust report.
+#[derive(Clone, Debug)]
 pub(crate) struct Facts {
-    model_identity: String,
-    tls_spki_sha256: String,
-    measurement: String,
+    summary: attest::VerifiedSummary,
+    scheme_json: String,
 }
 
 impl Facts {
     fn of(v: &attest::Verified) -> Self {
-        Facts {
-            model_identity: hex::encode(v.model_identity()),
-            tls_spki_sha256: hex::encode(v.tls_spki_sha256()),
-            measurement: hex::encode(v.measurement()),
-        }
+        Facts { summary: v.summary(), scheme_json: v.scheme_json().to_string() }
     }
 }
 
@@ -114,6 +172,8 @@ pub(crate) struct Backend {
     /// The gateway's policy, restricted to this backend's role: every handshake, reconnects
     /// included, must prove the role as well as the policy and the model.
     policy: Arc<Policy>,
+    /// The digest of the gateway's policy `policy` was narrowed from.
+    policy_sha256: Option<[u8; 32]>,
     identity: Option<Arc<ServerIdentity>>,
     timing: VerifyTiming,
     state: Mutex<State>,
@@ -156,39 +216,58 @@ impl Backend {
     }
 
     /// Drops the backend after a failed request; the verifier retries it.
-    fn fail(&self, reason: String) {
+    fn fail(&self, code: &'static str, reason: String) {
         let mut state = self.state.lock().expect("backend state");
         if matches!(*state, State::Verified { .. }) {
             tracing::warn!(role = %self.spec.role, endpoint = %self.spec.endpoint, reason = %reason, "backend dropped");
         }
-        *state = State::Failed { reason };
+        *state = State::Failed(Failure::unavailable(code, reason));
         drop(state);
         self.wake.notify_one();
     }
 
     fn reason(&self) -> Option<String> {
         match &*self.state.lock().expect("backend state") {
-            State::Pending => Some("not verified yet".into()),
-            State::Failed { reason } => Some(reason.clone()),
+            State::Pending => Some(Failure::pending().reason),
+            State::Failed(f) => Some(f.reason.clone()),
             State::Verified { .. } => None,
         }
     }
 
     fn status(&self) -> BackendStatus {
         let state = self.state.lock().expect("backend state");
-        let (verified, reason, facts, age) = match &*state {
-            State::Pending => (false, "not verified yet".to_string(), Facts::default(), None),
-            State::Failed { reason } => (false, reason.clone(), Facts::default(), None),
-            State::Verified { facts, at, .. } => (true, String::new(), facts.clone(), Some(at.elapsed())),
+        let (failure, facts, age) = match &*state {
+            State::Pending => (Some(Failure::pending()), None, None),
+            State::Failed(f) => (Some(f.clone()), None, None),
+            State::Verified { facts, at, .. } => (None, Some(facts.as_ref().clone()), Some(at.elapsed())),
         };
+        drop(state);
+        let hex_or_empty = |d: Option<[u8; 32]>| d.map(hex::encode).unwrap_or_default();
+        let (trust, reason_code, reason) = match failure {
+            Some(f) => (f.trust, f.code, f.reason),
+            None => (Trust::Verified, "", String::new()),
+        };
+        let (summary, scheme_json) = match facts {
+            Some(f) => (Some(f.summary), f.scheme_json),
+            None => (None, String::new()),
+        };
+        let fact = |get: fn(&attest::VerifiedSummary) -> String| summary.as_ref().map(get).unwrap_or_default();
         BackendStatus {
             role: self.spec.role,
             endpoint: self.spec.endpoint.clone(),
-            verified,
+            verified: trust == Trust::Verified,
+            trust,
             reason,
-            model_identity: facts.model_identity,
-            tls_spki_sha256: facts.tls_spki_sha256,
-            measurement: facts.measurement,
+            reason_code,
+            expected_model_identity: hex_or_empty(self.spec.model_identity),
+            policy_sha256: hex_or_empty(self.policy_sha256),
+            model_identity: fact(|s| s.model_identity.clone()),
+            tls_spki_sha256: fact(|s| s.tls_spki_sha256.clone()),
+            measurement: fact(|s| s.measurement.clone()),
+            chip_id: fact(|s| s.chip_id.clone()),
+            tcb: summary.as_ref().map(|s| s.reported_tcb),
+            issuer: fact(|s| s.issuer.as_str().to_string()),
+            scheme_json,
             verified_age: age,
             requests: self.requests.load(Ordering::Relaxed),
         }
@@ -209,7 +288,8 @@ struct RoleSet {
 
 struct Inner {
     roles: [RoleSet; 3],
-    policy: RwLock<Arc<Policy>>,
+    /// The policy and its digest (`None` if it cannot be digested: a root file unreadable).
+    policy: RwLock<(Arc<Policy>, Option<[u8; 32]>)>,
     identity: Option<Arc<ServerIdentity>>,
     timing: VerifyTiming,
     unary_in_flight: AtomicUsize,
@@ -243,7 +323,7 @@ impl Pool {
         Pool {
             inner: Arc::new(Inner {
                 roles: Default::default(),
-                policy: RwLock::new(Arc::new(policy)),
+                policy: RwLock::new(with_digest(policy)),
                 identity,
                 timing,
                 unary_in_flight: AtomicUsize::new(DEFAULT_UNARY_IN_FLIGHT),
@@ -260,7 +340,7 @@ impl Pool {
     /// verification state; removed ones are dropped at once. Must be called within a tokio
     /// runtime (it starts the verifier tasks).
     pub fn set_backends(&self, specs: &[BackendSpec]) {
-        let policy = self.inner.policy.read().expect("policy").clone();
+        let (policy, digest) = self.inner.policy.read().expect("policy").clone();
         for role in Role::ALL {
             let set = &self.inner.roles[role.index()];
             let mut backends = set.backends.write().expect("backends");
@@ -269,7 +349,7 @@ impl Pool {
                 if backends.iter().any(|b| b.spec == *spec) {
                     continue; // listed twice
                 }
-                let backend = old.remove(spec).unwrap_or_else(|| self.spawn(spec.clone(), &policy));
+                let backend = old.remove(spec).unwrap_or_else(|| self.spawn(spec.clone(), &policy, digest));
                 backends.push(backend);
             }
             for (spec, gone) in old {
@@ -281,7 +361,7 @@ impl Pool {
 
     /// Replaces the policy: every backend is verified again from scratch under it.
     pub fn set_policy(&self, policy: Policy) {
-        *self.inner.policy.write().expect("policy") = Arc::new(policy);
+        *self.inner.policy.write().expect("policy") = with_digest(policy);
         let specs: Vec<BackendSpec> = self.specs();
         for role in Role::ALL {
             for b in self.inner.roles[role.index()].backends.write().expect("backends").drain(..) {
@@ -298,9 +378,10 @@ impl Pool {
             .collect()
     }
 
-    fn spawn(&self, spec: BackendSpec, policy: &Policy) -> Arc<Backend> {
+    fn spawn(&self, spec: BackendSpec, policy: &Policy, policy_sha256: Option<[u8; 32]>) -> Arc<Backend> {
         let backend = Arc::new(Backend {
             policy: Arc::new(role_policy(policy, spec.role)),
+            policy_sha256,
             spec,
             identity: self.inner.identity.clone(),
             timing: self.inner.timing,
@@ -314,6 +395,11 @@ impl Pool {
         let task = tokio::spawn(verify::run(Arc::downgrade(&backend)));
         *backend.task.lock().expect("backend task") = Some(task);
         backend
+    }
+
+    /// SHA-256 of the policy backends are checked against ([`Policy::digest`]).
+    pub fn policy_sha256(&self) -> Option<[u8; 32]> {
+        self.inner.policy.read().expect("policy").1
     }
 
     /// Whether any backend of `role` is configured (verified or not).
@@ -395,7 +481,7 @@ impl Pool {
             match call(channel).await {
                 Ok(v) => return Ok(v),
                 Err(status) if is_backend_failure(&status) => {
-                    backend.fail(format!("request failed: {}", status.message()));
+                    backend.fail("request_failed", format!("request failed: {}", status.message()));
                     tried.push(Arc::as_ptr(&backend) as usize);
                 }
                 Err(status) => {
@@ -426,7 +512,7 @@ impl Pool {
             match opened {
                 Ok((first, stream)) => return Ok((Routed { backend, _load: load }, first, stream)),
                 Err(status) if is_backend_failure(&status) => {
-                    backend.fail(format!("request failed: {}", status.message()));
+                    backend.fail("request_failed", format!("request failed: {}", status.message()));
                     tried.push(Arc::as_ptr(&backend) as usize);
                 }
                 Err(status) => return Err(GatewayError::Backend { role, endpoint: backend.spec.endpoint.clone(), status }),
@@ -447,7 +533,7 @@ impl Routed {
     pub fn broken(&self, status: Status) -> GatewayError {
         let spec = &self.backend.spec;
         if is_backend_failure(&status) {
-            self.backend.fail(format!("stream broke: {}", status.message()));
+            self.backend.fail("stream_broke", format!("stream broke: {}", status.message()));
             GatewayError::BrokenStream { role: spec.role, endpoint: spec.endpoint.clone(), reason: status.message().to_string() }
         } else {
             GatewayError::Backend { role: spec.role, endpoint: spec.endpoint.clone(), status }
@@ -463,6 +549,11 @@ impl Drop for Inner {
             }
         }
     }
+}
+
+fn with_digest(policy: Policy) -> (Arc<Policy>, Option<[u8; 32]>) {
+    let digest = policy.digest().inspect_err(|e| tracing::warn!(error = %e, "the backend policy has no digest")).ok();
+    (Arc::new(policy), digest)
 }
 
 /// The gateway's policy narrowed to one role: a backend proving another role (an embedder

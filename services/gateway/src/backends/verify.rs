@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Instant};
 use attest::{ratls::AttestedChannel, AttestError, ExpectedPeer, Verified};
 use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
 
-use super::{Backend, BackendRef, Facts, State};
+use super::{Backend, BackendRef, Facts, Failure, State};
 
 pub(super) async fn run(backend: BackendRef) {
     loop {
@@ -52,24 +52,24 @@ async fn verify_once(b: &Arc<Backend>) -> bool {
                     "backend verified"
                 );
             }
-            *state = State::Verified { channel: Box::new(channel), facts: Facts::of(&verified), at: Instant::now() };
+            *state = State::Verified { channel: Box::new(channel), facts: Box::new(Facts::of(&verified)), at: Instant::now() };
             true
         }
-        Err(reason) => {
+        Err(failure) => {
             let changed = match &*state {
-                State::Failed { reason: old } => *old != reason,
+                State::Failed(old) => old.reason != failure.reason,
                 _ => true,
             };
             if changed {
-                tracing::warn!(role = %spec.role, endpoint = %spec.endpoint, reason = %reason, "backend not verified");
+                tracing::warn!(role = %spec.role, endpoint = %spec.endpoint, reason = %failure.reason, "backend not verified");
             }
-            *state = State::Failed { reason };
+            *state = State::Failed(failure);
             false
         }
     }
 }
 
-async fn connect(b: &Backend) -> Result<(AttestedChannel, Verified), String> {
+async fn connect(b: &Backend) -> Result<(AttestedChannel, Verified), Failure> {
     let spec = &b.spec;
     let expected = ExpectedPeer {
         model_identity: spec.model_identity,
@@ -79,56 +79,56 @@ async fn connect(b: &Backend) -> Result<(AttestedChannel, Verified), String> {
     let connecting = attest::ratls::connect(&spec.endpoint, b.policy.clone(), expected, b.identity.clone());
     let channel = tokio::time::timeout(b.timing.timeout, connecting)
         .await
-        .map_err(|_| format!("timeout: no RA-TLS handshake within {:?}", b.timing.timeout))?
-        .map_err(|e| describe(&e))?;
+        .map_err(|_| Failure::unavailable("timeout", format!("timeout: no RA-TLS handshake within {:?}", b.timing.timeout)))?
+        .map_err(|e| describe("", &e))?;
     check(b, channel.peer())?;
     let verified = recheck(b, &channel).await?;
     Ok((channel, verified))
 }
 
 /// Freshness and health over an established connection.
-async fn recheck(b: &Backend, channel: &AttestedChannel) -> Result<Verified, String> {
+async fn recheck(b: &Backend, channel: &AttestedChannel) -> Result<Verified, Failure> {
     let t = b.timing.timeout;
     let verified = tokio::time::timeout(t, channel.challenge())
         .await
-        .map_err(|_| format!("timeout: no fresh evidence within {t:?}"))?
-        .map_err(|e| format!("fresh-nonce challenge failed: {}", describe(&e)))?;
+        .map_err(|_| Failure::unavailable("timeout", format!("timeout: no fresh evidence within {t:?}")))?
+        .map_err(|e| describe("fresh-nonce challenge failed: ", &e))?;
     check(b, &verified)?;
     let mut client = HealthClient::new(channel.channel());
     let health = client.check(HealthCheckRequest { service: String::new() });
     let reply = tokio::time::timeout(t, health)
         .await
-        .map_err(|_| format!("timeout: no health answer within {t:?}"))?
-        .map_err(|s| format!("health check failed: {}", s.message()))?;
+        .map_err(|_| Failure::unavailable("timeout", format!("timeout: no health answer within {t:?}")))?
+        .map_err(|s| Failure::unavailable("health_check_failed", format!("health check failed: {}", s.message())))?;
     if reply.get_ref().status != ServingStatus::Serving as i32 {
-        return Err("health check: not serving".into());
+        return Err(Failure::unavailable("not_serving", "health check: not serving".into()));
     }
     Ok(verified)
 }
 
 /// What the policy cannot say: this backend's role, and the key the routing table pinned.
-fn check(b: &Backend, v: &Verified) -> Result<(), String> {
+fn check(b: &Backend, v: &Verified) -> Result<(), Failure> {
     let spec = &b.spec;
     if v.role() != spec.role.as_str() {
-        return Err(format!("role_mismatch: the peer proved role `{}`", v.role()));
+        return Err(Failure::refused("role_mismatch", format!("role_mismatch: the peer proved role `{}`", v.role())));
     }
     if let Some(pin) = spec.tls_spki_sha256
         && *v.tls_spki_sha256() != pin
     {
-        return Err(format!(
+        return Err(Failure::refused("tls_key_not_pinned", format!(
             "tls_key_not_pinned: the peer's TLS key {} is not the one the routing table names ({})",
             hex::encode(v.tls_spki_sha256()),
             hex::encode(pin)
-        ));
+        )));
     }
     Ok(())
 }
 
-/// A rejection as `<reason>: <detail>` (the verifier's stable reason first), anything else as
-/// `unreachable: ...`.
-fn describe(e: &AttestError) -> String {
+/// A rejection as refused, `<reason>: <detail>` (the verifier's stable reason first);
+/// anything else as unavailable, `unreachable: ...`. `context` goes in front of either.
+fn describe(context: &str, e: &AttestError) -> Failure {
     match e.rejection() {
-        Some(r) => format!("{}: {r}", r.reason()),
-        None => format!("unreachable: {e}"),
+        Some(r) => Failure::refused(r.reason(), format!("{context}{}: {r}", r.reason())),
+        None => Failure::unavailable("unreachable", format!("{context}unreachable: {e}")),
     }
 }

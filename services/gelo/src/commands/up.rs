@@ -359,7 +359,7 @@ pub fn run(a: UpArgs) -> Result<()> {
         );
     }
     eprintln!(
-        "\nGELO is up (mock attestation: for local use only)\n  gRPC (RA-TLS)  {grpc}\n  OpenAI API     http://{http}/v1  (models: gelo-embedder, gelo-reranker, gelo-generator, gelo-rag)\n  state, logs    {}\n\n\
+        "\nGELO is up (mock attestation: for local use only)\n  gRPC (RA-TLS)  {grpc}\n  OpenAI API     http://{http}/v1  (models: gelo-embedder, gelo-reranker, gelo-generator, gelo-rag)\n  web console    http://{http}/\n  state, logs    {}\n\n\
          Try:  gelo ingest README.md docs/\n      gelo query \"What does GELO keep from the GPU?\"\nCtrl-C stops everything.\n",
         state.display()
     );
