@@ -27,10 +27,11 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
+
+from gelo_up import start_up, stop
 
 try:
     from selenium import webdriver
@@ -57,28 +58,6 @@ def check(cond, what):
     if not cond:
         raise Failed(what)
     print(f"ok: {what}", flush=True)
-
-
-def start_up(gelo, state):
-    """Starts `gelo up` on free ports with quick re-verification; returns the process, its
-    ready-line fields and each service's pid by role."""
-    log = open(os.path.join(state, "up.log"), "w")
-    cmd = [gelo, "up", "--state-dir", os.path.join(state, "up"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"]
-    # Re-verify every 2 s with a 5 s limit, so a frozen backend leaves rotation within seconds.
-    cmd += ["--", "--verify-interval", "2", "--retry-interval", "1", "--verify-timeout", "5"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-    pids = {}
-    deadline = time.time() + 900
-    for line in proc.stdout:
-        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if line.startswith("GELO_SERVICE"):
-            pids[fields["role"]] = int(fields["pid"])
-        if line.startswith("GELO_READY role=up"):
-            return proc, fields, pids
-        if time.time() > deadline:
-            break
-    proc.kill()
-    raise SystemExit("FAIL: gelo up did not become ready; see " + log.name)
 
 
 def browser():
@@ -239,7 +218,10 @@ def main():
         raise SystemExit(f"FAIL: {a.gelo} is not an executable gelo binary (cargo build -p gelo)")
     t0 = time.time()
     with tempfile.TemporaryDirectory() as state:
-        proc, ready, pids = start_up(a.gelo, state)
+        # Re-verify every 2 s with a 5 s limit, so a frozen backend leaves rotation within seconds.
+        quick = ["--", "--verify-interval", "2", "--retry-interval", "1", "--verify-timeout", "5"]
+        proc, ready = start_up(a.gelo, state, args=quick)
+        pids = ready["pids"]
         print(f"gelo up ready in {time.time() - t0:.0f} s: http://{ready['http']}/", flush=True)
         d, failure = None, None
         try:
@@ -273,11 +255,7 @@ def main():
                     os.kill(pid, signal.SIGCONT)  # a frozen service would not stop
                 except ProcessLookupError:
                     pass
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
         if failure is not None:
             kept = os.path.join(os.path.dirname(a.screenshot) or ".", "logs")
             shutil.copytree(os.path.join(state, "up", "logs"), kept, dirs_exist_ok=True)

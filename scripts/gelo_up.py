@@ -10,7 +10,7 @@ import time
 def start_up(gelo, state, env=None, timeout=900, args=()):
     """Starts `gelo up` on free loopback ports with its state under `state` (and `args`,
     more flags of `gelo up`); returns the process and the fields of its ready line (`grpc`,
-    `http`, ...)."""
+    `http`, ...) with `pids`, each service's process id by role."""
     log = open(os.path.join(state, "up.log"), "w")
     proc = subprocess.Popen(
         [gelo, "up", "--state-dir", os.path.join(state, "up"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *args],
@@ -20,9 +20,13 @@ def start_up(gelo, state, env=None, timeout=900, args=()):
         env=env,
     )
     deadline = time.time() + timeout
+    pids = {}
     for line in proc.stdout:
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if line.startswith("GELO_SERVICE"):
+            pids[fields["role"]] = int(fields["pid"])
         if line.startswith("GELO_READY role=up"):
-            return proc, dict(w.split("=", 1) for w in line.split() if "=" in w)
+            return proc, {**fields, "pids": pids}
         if time.time() > deadline:
             break
     proc.kill()

@@ -5,7 +5,8 @@
 
 Starts `gelo up` (with `--up-args`), ingests the project's README.md and docs/, asks every
 question through the OpenAI-compatible API (model gelo-rag, streamed, temperature 0) and
-scores each answer on three counts:
+scores each answer on three counts (and records whether the facts were in the passages
+the generator was given at all, `retrieved`: the retrieval's share of a miss):
   facts     every fact group of the question has one of its strings in the answer
             (case-insensitive);
   cited     the answer cites at least one passage, and every citation is a passage it was
@@ -46,7 +47,7 @@ def ask(base, question, max_tokens):
             chunk = json.loads(line[6:])
             if "error" in chunk:
                 raise RuntimeError(chunk["error"].get("message", "error"))
-            passages += [p["id"] for p in chunk.get("passages", [])]
+            passages += [{"id": p["id"], "text": p.get("text", "")} for p in chunk.get("passages", [])]
             if "citations" in chunk:
                 cites = chunk["citations"]
             for c in chunk.get("choices", []):
@@ -67,12 +68,18 @@ def degenerate(text):
     return any(c >= 3 for c in counts.values()) or (len(words) >= 12 and repeated > len(words) / 3)
 
 
-def score(item, text, cites):
+def has_facts(item, text):
     low = text.lower()
-    facts = all(any(f.lower() in low for f in group) for group in item["facts"])
+    return all(any(f.lower() in low for f in group) for group in item["facts"])
+
+
+def score(item, text, cites, passages):
+    facts = has_facts(item, text)
+    # The retrieval's share: were the facts in what the generator was given at all?
+    retrieved = has_facts(item, " ".join(p["text"] for p in passages))
     cited = len(cites.get("citations", [])) > 0 and not cites.get("unknown_citations")
     fluent = bool(text.strip()) and not degenerate(text)
-    return {"facts": facts, "cited": cited, "fluent": fluent, "pass": facts and cited and fluent}
+    return {"facts": facts, "cited": cited, "fluent": fluent, "retrieved": retrieved, "pass": facts and cited and fluent}
 
 
 def main():
@@ -97,7 +104,7 @@ def main():
             rows = []
             for item in items:
                 text, passages, cites, ttft, total = ask(base, item["q"], a.max_tokens)
-                s = score(item, text, cites)
+                s = score(item, text, cites, passages)
                 rows.append({"q": item["q"], "answer": text, "passages": passages, **cites, "ttft_s": ttft, "total_s": total, **s})
                 mark = "PASS" if s["pass"] else "fail " + ",".join(k for k in ("facts", "cited", "fluent") if not s[k])
                 print(f"{mark:<22} {ttft or 0:5.2f}s  {item['q'][:60]:<60}  {' '.join(text.split())[:90]}", flush=True)
@@ -107,7 +114,7 @@ def main():
     rate = lambda k: sum(r[k] for r in rows) / n
     ttfts = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
     summary = {"label": a.label, "up_args": a.up_args, "env": a.env, "questions": n, "pass": rate("pass"), "facts": rate("facts"),
-               "cited": rate("cited"), "fluent": rate("fluent"), "median_ttft_s": statistics.median(ttfts) if ttfts else None,
+               "cited": rate("cited"), "fluent": rate("fluent"), "retrieved": rate("retrieved"), "median_ttft_s": statistics.median(ttfts) if ttfts else None,
                "median_total_s": statistics.median(r["total_s"] for r in rows), "ingest_s": ingest_s}
     print(json.dumps(summary))
     if a.json:
