@@ -7,21 +7,17 @@
 #      built-in test pipeline (hub sources: PVCs and fetch Jobs, GPU, runtime class), as
 #      printed by `gelo-operator manifests`;
 #   3. the Helm chart: values.yaml against values.schema.json, then every template rendered
-#      (see "Rendering the chart" below) and validated, for two value sets;
+#      by the real helm (`helm template`, the pinned build of scripts/k8s/build.sh) and
+#      validated, for two value sets;
 #   4. the sample pipeline against the CRD's own openAPIV3Schema (python-jsonschema), and a
 #      broken copy of it that must be refused, so the check cannot pass vacuously.
 #
-# Rendering the chart: no `helm` binary is reachable here, and no faithful Go-template +
-# Sprig renderer exists on the registries we can use. The templates are therefore kept to
-# a small subset, and the renderer below implements exactly that subset, failing on
-# anything else: `{{ .Values.a.b }}`, `{{ .Release.Name }}`, `{{ .Release.Namespace }}`,
-# `{{ .Chart.AppVersion }}`, `| quote`, `{{ toYaml X | nindent N }}`,
-# `{{ if X }} / {{ else }} / {{ end }}`, and `{{-` / `-}}` whitespace trimming. Nothing in
-# the chart stays unrendered; what is not exercised is Helm itself (install hooks, CRD
-# install from crds/, `helm lint`).
+# What this adds to e2e/apiserver, which installs the chart on a real API server: strict
+# validation of every object the reconciler can build (hub Jobs, GPUs, runtime classes the
+# suite does not exercise) and of the chart under a second value set.
 #
-# Usage: scripts/validate-manifests.sh   (builds gelo-operator if needed; GELO_MANIFESTS_OUT=DIR
-# keeps the rendered files)
+# Usage: scripts/validate-manifests.sh   (builds gelo-operator, and helm through
+# scripts/k8s/build.sh, if needed; GELO_MANIFESTS_OUT=DIR keeps the rendered files)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K8S_VERSION=1.37.0
@@ -64,127 +60,50 @@ echo "== objects the reconciler builds"
 validate "$out/sample-objects.yaml" "$out/fixture-objects.yaml"
 
 echo "== Helm chart"
+helm="$(scripts/k8s/build.sh)/helm" # the pinned build, cached (e2e/apiserver uses the same)
 python3 - charts/gelo "$out" <<'PY'
-import json, re, sys
+import json, sys
 from pathlib import Path
 import jsonschema, yaml
 
 chart, out = Path(sys.argv[1]), Path(sys.argv[2])
-meta = yaml.safe_load((chart / "Chart.yaml").read_text())
 values = yaml.safe_load((chart / "values.yaml").read_text())
 schema = json.loads((chart / "values.schema.json").read_text())
 jsonschema.validate(values, schema)
 
-# A second value set: one watched namespace, mock roots allowed (the kind suite's).
+# A second value set: one watched namespace, mock roots allowed, a hub mirror.
 variant = json.loads(json.dumps(values))
 variant["watchNamespace"] = "gelo-e2e"
 variant["attestation"]["allowMockRoots"] = True
 variant["nodeSelector"] = {"kubernetes.io/os": "linux"}
+variant["hub"]["endpoint"] = "https://hub.internal"
 jsonschema.validate(variant, schema)
-try:
-    bad = json.loads(json.dumps(values)); bad["replicas"] = 0
-    jsonschema.validate(bad, schema)
-    sys.exit("values.schema.json accepted replicas: 0")
-except jsonschema.ValidationError:
-    pass
+(out / "values-namespaced.yaml").write_text(yaml.safe_dump(variant))
+for field, bad_value in (("replicas", 0), ("hub", {"endpoint": "ftp://hub"})):
+    bad = json.loads(json.dumps(values)); bad[field] = bad_value
+    try:
+        jsonschema.validate(bad, schema)
+        sys.exit(f"values.schema.json accepted {field}: {bad_value}")
+    except jsonschema.ValidationError:
+        pass
+PY
+"$helm" template gelo charts/gelo --namespace gelo-system >"$out/chart-default.yaml"
+"$helm" template gelo charts/gelo --namespace gelo-system -f "$out/values-namespaced.yaml" >"$out/chart-namespaced.yaml"
+python3 - "$out" <<'PY'
+import sys
+from pathlib import Path
+import yaml
 
-TOKEN = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
-
-def lookup(path, ctx):
-    root, *rest = path.lstrip(".").split(".")
-    node = ctx[root]
-    for part in rest:
-        if not isinstance(node, dict) or part not in node:
-            raise KeyError(f"{path}: no such value")
-        node = node[part]
-    return node
-
-def scalar(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-def evaluate(expr, ctx):
-    parts = [p.strip() for p in expr.split("|")]
-    head = parts[0]
-    if head.startswith("toYaml "):
-        text = yaml.safe_dump(lookup(head[len("toYaml "):].strip(), ctx), default_flow_style=False, sort_keys=False).rstrip("\n")
-    elif re.fullmatch(r"\.[A-Za-z][\w.]*", head):
-        text = scalar(lookup(head, ctx))
-    else:
-        raise ValueError(f"unsupported template expression: {{{{ {expr} }}}}")
-    for f in parts[1:]:
-        if f == "quote":
-            text = json.dumps(text)
-        elif m := re.fullmatch(r"nindent (\d+)", f):
-            pad = " " * int(m.group(1))
-            text = "\n" + "\n".join(pad + line if line else line for line in text.split("\n"))
-        else:
-            raise ValueError(f"unsupported template function: {f}")
-    return text
-
-def render(src, ctx):
-    # Tokenize, applying {{- and -}} trimming to the neighbouring text.
-    pieces, pos = [], 0
-    for m in TOKEN.finditer(src):
-        text = src[pos:m.start()]
-        if m.group(1):
-            text = text.rstrip(" \t\n")
-        pieces.append(("text", text))
-        pieces.append(("tag", m.group(2), bool(m.group(3))))
-        pos = m.end()
-    pieces.append(("text", src[pos:]))
-    for i, p in enumerate(pieces):
-        if p[0] == "tag" and p[2] and i + 1 < len(pieces):
-            pieces[i + 1] = ("text", pieces[i + 1][1].lstrip(" \t\n"))
-    outp, stack = [], []  # stack of (active, branch_taken)
-    active = lambda: all(a for a, _ in stack)
-    for p in pieces:
-        if p[0] == "text":
-            if active():
-                outp.append(p[1])
-            continue
-        expr = p[1]
-        if expr.startswith("if "):
-            cond = bool(lookup(expr[3:].strip(), ctx)) if active() else False
-            stack.append((cond, cond))
-        elif expr == "else":
-            if not stack:
-                raise ValueError("else without if")
-            _, taken = stack.pop()
-            stack.append((not taken, True))
-        elif expr == "end":
-            if not stack:
-                raise ValueError("end without if")
-            stack.pop()
-        elif expr.startswith("/*"):
-            continue
-        elif active():
-            outp.append(evaluate(expr, ctx))
-    if stack:
-        raise ValueError("unclosed if")
-    return "".join(outp)
-
-rendered = 0
-for name, vals in (("default", values), ("namespaced", variant)):
-    ctx = {"Values": vals, "Release": {"Name": "gelo", "Namespace": "gelo-system"},
-           "Chart": {"Name": meta["name"], "Version": meta["version"], "AppVersion": meta["appVersion"]}}
-    docs = []
-    for tpl in sorted((chart / "templates").glob("*.yaml")):
-        try:
-            text = render(tpl.read_text(), ctx)
-        except (KeyError, ValueError) as e:
-            sys.exit(f"{tpl}: {e}")
-        for doc in yaml.safe_load_all(text):
-            if doc:
-                docs.append(doc)
-        rendered += 1
-    (out / f"chart-{name}.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    kinds = sorted({(d["kind"], d["metadata"].get("namespace", "")) for d in docs})
-    print(f"  rendered {len(docs)} objects with {name} values: " + ", ".join(f"{k}" for k, _ in kinds))
+out = Path(sys.argv[1])
+for name in ("default", "namespaced"):
+    docs = [d for d in yaml.safe_load_all((out / f"chart-{name}.yaml").read_text()) if d]
+    print(f"  helm rendered {len(docs)} objects with {name} values: " + ", ".join(sorted({d["kind"] for d in docs})))
     if name == "namespaced":
         binding = [d for d in docs if d["metadata"]["name"] == "gelo-operator" and d["kind"].endswith("Binding")]
         assert [b["kind"] for b in binding] == ["RoleBinding"] and binding[0]["metadata"]["namespace"] == "gelo-e2e", binding
+        env = {e["name"]: e.get("value") for d in docs if d["kind"] == "Deployment"
+               for c in d["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])}
+        assert env.get("GELO_OPERATOR_HUB_ENDPOINT") == "https://hub.internal", env
 PY
 validate "$out/chart-default.yaml" "$out/chart-namespaced.yaml"
 
