@@ -171,9 +171,9 @@ impl rag_server::Rag for RagService {
                 .status()
                 .into_iter()
                 .map(|b| Backend {
+                    verified: b.verified(),
                     role: b.role.to_string(),
                     endpoint: b.endpoint,
-                    verified: b.verified,
                     reason: b.reason,
                     model_identity: b.model_identity,
                     tls_spki_sha256: b.tls_spki_sha256,

@@ -95,7 +95,7 @@ async fn embed(pool: &Pool, text: &str) -> Result<Vec<f32>, gateway::GatewayErro
 
 async fn verified(pool: &Pool, n: usize) {
     for _ in 0..600 {
-        if pool.status().iter().filter(|b| b.verified).count() == n {
+        if pool.status().iter().filter(|b| b.verified()).count() == n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -141,6 +141,6 @@ async fn a_wrong_product_fails_its_request_takes_the_backend_out_and_reaches_no_
     }
     let st = pool.status();
     let out = st.iter().find(|s| s.endpoint == bad.spec.endpoint).unwrap();
-    assert!(!out.verified && out.reason.contains("not serving"), "{out:?}");
+    assert!(!out.verified() && out.reason.contains("not serving"), "{out:?}");
     assert_eq!(out.requests, 0, "the gateway sent the broken backend nothing");
 }

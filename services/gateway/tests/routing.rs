@@ -161,7 +161,7 @@ async fn embed(pool: &Pool) -> Result<f32, gateway::GatewayError> {
 
 async fn verified(pool: &Pool, n: usize) {
     for _ in 0..200 {
-        if pool.status().iter().filter(|b| b.verified).count() == n {
+        if pool.status().iter().filter(|b| b.verified()).count() == n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -206,7 +206,7 @@ async fn requests_spread_fail_over_fail_closed_and_come_back() {
     }
     let st = pool.status();
     let down = st.iter().find(|s| s.endpoint == a.addr.to_string()).unwrap();
-    assert!(!down.verified && !down.reason.is_empty(), "{down:?}");
+    assert!(!down.verified() && !down.reason.is_empty(), "{down:?}");
     // Gone is unavailable, not refused, and a backend out of rotation proves nothing now.
     assert_eq!(down.trust, Trust::Unavailable, "{down:?}");
     assert!(["request_failed", "unreachable", "timeout"].contains(&down.reason_code), "{down:?}");
@@ -311,11 +311,11 @@ async fn another_role_or_an_unpinned_key_is_never_called() {
     }
     assert_eq!(reranker.calls.load(Ordering::SeqCst), 0);
     let st = pool.status();
-    let reasons: Vec<&str> = st.iter().filter(|s| !s.verified).map(|s| s.reason.as_str()).collect();
+    let reasons: Vec<&str> = st.iter().filter(|s| !s.verified()).map(|s| s.reason.as_str()).collect();
     assert!(reasons.iter().any(|r| r.starts_with("role_not_allowed")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.starts_with("tls_key_not_pinned")), "{reasons:?}");
     // Both are verdicts on what the backend proved: refused, with the verifier's reason code.
-    let mut codes: Vec<(Trust, &str)> = st.iter().filter(|s| !s.verified).map(|s| (s.trust, s.reason_code)).collect();
+    let mut codes: Vec<(Trust, &str)> = st.iter().filter(|s| !s.verified()).map(|s| (s.trust, s.reason_code)).collect();
     codes.sort_by_key(|c| c.1);
     assert_eq!(codes, [(Trust::Refused, "role_not_allowed"), (Trust::Refused, "tls_key_not_pinned")]);
     assert_eq!(good.calls.load(Ordering::SeqCst), 8);
@@ -338,7 +338,7 @@ async fn backends_running_a_weaker_protection_than_the_policy_names_are_never_ca
     for (b, what) in [(&masked, "masked"), (&plaintext, "plaintext"), (&unnamed, "none")] {
         assert_eq!(b.calls.load(Ordering::SeqCst), 0, "the {what} backend was called");
         let st = pool.status().into_iter().find(|s| s.endpoint == b.addr.to_string()).expect("listed");
-        assert!(!st.verified);
+        assert!(!st.verified());
         assert!(
             st.reason.starts_with("protection_not_allowed") && st.reason.contains(&format!("\"{what}\"")),
             "{what}: {}",
@@ -382,7 +382,7 @@ async fn masked_backends_weaker_than_the_pinned_scheme_are_never_called_and_the_
     for (b, reason, field) in weaker {
         assert_eq!(b.calls.load(Ordering::SeqCst), 0, "{field}: called");
         let st = pool.status().into_iter().find(|s| s.endpoint == b.addr.to_string()).expect("listed");
-        assert!(!st.verified && st.reason.starts_with(reason) && st.reason.contains(field), "{field}: {}", st.reason);
+        assert!(!st.verified() && st.reason.starts_with(reason) && st.reason.contains(field), "{field}: {}", st.reason);
     }
     // Naming the family in the policy accepts it.
     let mut haar_too = policy().allow_protection("masked");
@@ -459,7 +459,7 @@ mod configmap {
             o["data"]["policy.json"] = wider_json.clone().into();
         });
         for _ in 0..100 {
-            if pool.specs().len() == 2 && pool.status().iter().all(|s| s.verified || s.reason != "not verified yet") {
+            if pool.specs().len() == 2 && pool.status().iter().all(|s| s.verified() || s.reason != "not verified yet") {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -471,13 +471,13 @@ mod configmap {
         assert_eq!(rogue.calls.load(Ordering::SeqCst), 0, "a backend only the rewritten policy trusts was called");
         let st = pool.status();
         let refused = st.iter().find(|s| s.endpoint == rogue.addr.to_string()).unwrap();
-        assert!(!refused.verified && refused.reason.starts_with("mock_root_not_trusted"), "{refused:?}");
+        assert!(!refused.verified() && refused.reason.starts_with("mock_root_not_trusted"), "{refused:?}");
         api.update("core/v1/configmaps", "rag", "demo-routes", |o| o["data"]["policy.json"] = policy_json.clone().into());
 
         // B joins, A leaves.
         api.update("core/v1/configmaps", "rag", "demo-routes", |o| o["data"]["routes.json"] = routes(&[&b], 1).into());
         for _ in 0..100 {
-            if pool.specs().len() == 1 && pool.specs()[0].endpoint == b.addr.to_string() && pool.status()[0].verified {
+            if pool.specs().len() == 1 && pool.specs()[0].endpoint == b.addr.to_string() && pool.status()[0].verified() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -78,7 +78,6 @@ impl Default for VerifyTiming {
 pub struct BackendStatus {
     pub role: Role,
     pub endpoint: String,
-    pub verified: bool,
     pub trust: Trust,
     /// Why it is out of rotation, `<code>: <detail>`; empty when verified.
     pub reason: String,
@@ -102,6 +101,13 @@ pub struct BackendStatus {
     /// Age of its latest fresh-nonce evidence.
     pub verified_age: Option<Duration>,
     pub requests: u64,
+}
+
+impl BackendStatus {
+    /// In rotation: its latest fresh evidence satisfied the policy.
+    pub fn verified(&self) -> bool {
+        self.trust == Trust::Verified
+    }
 }
 
 /// Where a backend stands with the gateway.
@@ -255,7 +261,6 @@ impl Backend {
         BackendStatus {
             role: self.spec.role,
             endpoint: self.spec.endpoint.clone(),
-            verified: trust == Trust::Verified,
             trust,
             reason,
             reason_code,
