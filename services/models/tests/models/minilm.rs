@@ -12,10 +12,10 @@ const QUICKSTART: ([&str; 3], [f32; 3]) = (
     [0.6660, 0.1046, 0.1411],
 );
 
-/// The models issue's sentences; expected values from an independent numpy implementation
-/// (scripts/reference/minilm_numpy_reference.py). The issue pairs these sentences with the
-/// quickstart's numbers above, which belong to the quickstart sentences.
-const ISSUE: ([&str; 3], [f32; 3]) = (
+/// Three more sentences; expected values from an independent numpy implementation
+/// (scripts/reference/minilm_numpy_reference.py). (These sentences are often quoted beside
+/// the quickstart's numbers above, which belong to the quickstart sentences.)
+const MORE: ([&str; 3], [f32; 3]) = (
     ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."],
     [0.7553, -0.1050, -0.0610],
 );
@@ -27,7 +27,7 @@ fn minilm_similarities_match_references_plain_and_masked() {
         let e = load_embedder(&path, exec, &LoadOptions::default()).unwrap();
         assert_eq!(e.dim(), 384);
         assert_eq!(e.max_tokens(), 256, "sentence_bert_config.json max_seq_length");
-        for (sentences, want) in [QUICKSTART, ISSUE] {
+        for (sentences, want) in [QUICKSTART, MORE] {
             let v = e.embed(&sentences).unwrap();
             let sims = [cosine(&v[0], &v[1]), cosine(&v[0], &v[2]), cosine(&v[1], &v[2])];
             for (got, want) in sims.iter().zip(want) {
@@ -77,7 +77,7 @@ fn max_seq_length_is_honoured_not_the_tokenizer_files_128() {
     assert_ne!(v[0], v[2]);
 }
 
-/// Issue 5's model-level check: a full masked MiniLM forward on the Vulkan engine (Mesa's
+/// The model-level check of the GPU engine: a full masked MiniLM forward on the Vulkan engine (Mesa's
 /// lavapipe in CI) gives the CPU engine's embeddings.
 #[test]
 fn minilm_masked_on_the_vulkan_engine_equals_the_cpu_engine() {
