@@ -30,11 +30,15 @@ pub struct GenerateRequest {
     pub sampling: SamplingParams,
     /// Generation stops before the first occurrence of any of these strings.
     pub stop: Vec<String>,
+    /// Generation stops once a run of this many words repeats one already in the output
+    /// (degenerate repetition, [`repeated_run`]); the text ends with that repeat, since
+    /// words are seen only after they were emitted. 0: off.
+    pub stop_repeated_words: usize,
 }
 
 impl GenerateRequest {
     pub fn greedy(prompt: Prompt, max_tokens: usize) -> Self {
-        GenerateRequest { prompt, max_tokens, sampling: SamplingParams::default(), stop: Vec::new() }
+        GenerateRequest { prompt, max_tokens, sampling: SamplingParams::default(), stop: Vec::new(), stop_repeated_words: 0 }
     }
 }
 
@@ -76,6 +80,7 @@ pub struct Sequence {
     pending: Option<u32>,
     max_tokens: usize,
     stop: Vec<String>,
+    stop_repeated_words: usize,
     /// Bytes of the decoded text already emitted.
     emitted: usize,
     text: String,
@@ -163,6 +168,7 @@ impl TextGenerator {
             pending: None,
             max_tokens: req.max_tokens,
             stop: req.stop.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            stop_repeated_words: req.stop_repeated_words,
             emitted: 0,
             text: String::new(),
             finish: None,
@@ -253,7 +259,8 @@ impl TextGenerator {
 
     /// New text that can be emitted: decoded text past what was emitted, holding back an
     /// incomplete UTF-8 character and any suffix that could start a stop string (unless
-    /// `last`). Finds stop strings and ends the sequence at the first.
+    /// `last`). Finds stop strings and repeated runs of words and ends the sequence at the
+    /// first (a repeat found after part of it was emitted ends the text where it stands).
     fn flush(&self, s: &mut Sequence, last: bool) -> Result<String> {
         s.text = self.tokenizer.decode(&s.generated, true)?;
         let search_from = s.emitted.saturating_sub(s.stop.iter().map(String::len).max().unwrap_or(0));
@@ -263,6 +270,14 @@ impl TextGenerator {
             .iter()
             .filter_map(|stop| s.text[search_from..].find(stop.as_str()).map(|p| search_from + p))
             .min();
+        let repeat = match s.stop_repeated_words {
+            0 => None,
+            n => repeated_run(&s.text, n, last),
+        };
+        let hit = match (hit, repeat) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if let Some(end) = hit {
             let end = end.max(s.emitted);
             let out = s.text[s.emitted..end].to_string();
@@ -322,4 +337,45 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
         i -= 1;
     }
     i
+}
+
+/// Where `text` starts repeating itself: the byte offset of the first run of `n` words
+/// (split at whitespace) that already occurred earlier in `text`, or `None`. The last word
+/// counts only when `last` or when whitespace follows it (it may still be growing).
+pub fn repeated_run(text: &str, n: usize, last: bool) -> Option<usize> {
+    if n == 0 {
+        return None;
+    }
+    let mut words: Vec<(usize, &str)> =
+        text.split_whitespace().map(|w| (w.as_ptr() as usize - text.as_ptr() as usize, w)).collect();
+    if !last && !text.ends_with(char::is_whitespace) {
+        words.pop();
+    }
+    let mut seen = std::collections::HashSet::new();
+    for run in words.windows(n) {
+        let key: Vec<&str> = run.iter().map(|&(_, w)| w).collect();
+        if !seen.insert(key) {
+            return Some(run[0].0);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repeated_run;
+
+    #[test]
+    fn a_repeated_run_of_words_is_found_where_it_starts_again() {
+        let t = "The policy's root is not valid; the root is not valid; the root is";
+        // "root is not valid;" comes round again at the second "root".
+        assert_eq!(repeated_run(t, 4, true), Some(t.find("root is not valid; the root").unwrap() + "root is not valid; the ".len()));
+        assert_eq!(repeated_run(t, 8, true), None, "an eight-word run has not come round yet");
+        assert_eq!(repeated_run("a b c a b c", 3, true), Some(6));
+        // The last word may still grow: it counts only at the end or before whitespace.
+        assert_eq!(repeated_run("a b c a b c", 3, false), None);
+        assert_eq!(repeated_run("a b c a b c ", 3, false), Some(6));
+        assert_eq!(repeated_run("a b c a b c", 0, true), None);
+        assert_eq!(repeated_run("a b c d", 2, true), None);
+    }
 }

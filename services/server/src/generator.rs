@@ -97,6 +97,8 @@ pub struct GeneratorService {
 
 /// Tokens generated when a request does not say.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
+/// Longest run of words `stop_repeated_words` may name (one word repeats all the time).
+const MAX_STOP_REPEATED_WORDS: u32 = 64;
 
 impl GeneratorService {
     pub fn new(generator: Arc<TextGenerator>, limits: Limits, metrics: Metrics, clock: EngineClock, health: Health) -> Self {
@@ -158,7 +160,13 @@ impl GeneratorService {
             seed: r.seed,
         };
         sampling.validate().map_err(|e| status::from_model(&e))?;
-        Ok(GenerateRequest { prompt, max_tokens, sampling, stop: r.stop })
+        if r.stop_repeated_words == 1 || r.stop_repeated_words > MAX_STOP_REPEATED_WORDS {
+            return Err(Status::invalid_argument(format!(
+                "stop_repeated_words must be 0 (off) or 2 to {MAX_STOP_REPEATED_WORDS}, got {}",
+                r.stop_repeated_words
+            )));
+        }
+        Ok(GenerateRequest { prompt, max_tokens, sampling, stop: r.stop, stop_repeated_words: r.stop_repeated_words as usize })
     }
 
     async fn handle(&self, r: PbRequest, deadline: Option<Instant>, call: &Call) -> Result<Receiver, Status> {

@@ -71,6 +71,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
         max_tokens: a.max_tokens,
         sampling: SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed, ..Default::default() },
         stop: Vec::new(),
+        stop_repeated_words: 0,
     };
     let t = Instant::now();
     let mut first = None;

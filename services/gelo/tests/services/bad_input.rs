@@ -149,6 +149,8 @@ async fn generator_refuses_bad_input_frees_cancelled_sequences_and_stays_healthy
     expect(Code::InvalidArgument, c.generate(GenerateRequest { top_p: 1.5, ..base.clone() }).await, "top_p");
     expect(Code::InvalidArgument, c.generate(GenerateRequest { max_tokens: 5000, ..base.clone() }).await, "limit of 512");
     expect(Code::InvalidArgument, c.generate(GenerateRequest { stop: vec!["s".into(); 17], ..base.clone() }).await, "limit of 16");
+    expect(Code::InvalidArgument, c.generate(GenerateRequest { stop_repeated_words: 1, ..base.clone() }).await, "stop_repeated_words");
+    expect(Code::InvalidArgument, c.generate(GenerateRequest { stop_repeated_words: 65, ..base.clone() }).await, "stop_repeated_words");
     let huge = GenerateRequest { raw_prompt: format!("{MARKER} {}", "word ".repeat(9000)), ..base.clone() };
     expect(Code::InvalidArgument, c.generate(huge).await, "8192");
 

@@ -61,4 +61,34 @@ async fn generator_process_streams_the_in_process_greedy_tokens() {
     }
     assert!(!out.contains("five"), "stop string leaked into the answer");
     assert!(finish == FinishReason::Stop as i32 || finish == FinishReason::Length as i32);
+
+    // The repetition stop: a prompt that loops ends once a run of three words comes round
+    // again (shown once), with exact usage; without the rule it runs to max_tokens.
+    let looping = GenerateRequest { raw_prompt: "red, green, blue, red, green, blue, red, green, blue,".into(), max_tokens: 40, ..Default::default() };
+    let (free, free_finish, _) = collect(&mut client, looping.clone()).await;
+    assert_eq!(free_finish, FinishReason::Length as i32, "the loop did not loop: {free:?}");
+    assert!(models::generate::repeated_run(&free, 3, true).is_some(), "{free:?}");
+    let (cut, cut_finish, usage) = collect(&mut client, GenerateRequest { stop_repeated_words: 3, ..looping }).await;
+    assert_eq!(cut_finish, FinishReason::Stop as i32, "{cut:?}");
+    assert!(free.starts_with(&cut), "greedy either way: {cut:?} / {free:?}");
+    let at = models::generate::repeated_run(&cut, 3, true).expect("it stops at a repeat");
+    assert!(cut[at..].split_whitespace().count() <= 3, "it went on after the repeat: {cut:?}");
+    assert!(usage.completion_tokens < 40 && usage.prompt_tokens > 0, "{usage:?}");
+}
+
+/// Text, finish reason and usage of one streamed generation.
+async fn collect(
+    client: &mut GeneratorClient<tonic::transport::Channel>,
+    req: GenerateRequest,
+) -> (String, i32, api::v1::Usage) {
+    let mut s = client.generate(req).await.unwrap().into_inner();
+    let (mut text, mut finish, mut usage) = (String::new(), 0, None);
+    while let Some(m) = s.message().await.unwrap() {
+        text.push_str(&m.text);
+        if m.finish_reason != 0 {
+            finish = m.finish_reason;
+            usage = m.usage;
+        }
+    }
+    (text, finish, usage.expect("usage on the final message"))
 }

@@ -32,6 +32,7 @@ fn seeded_sampling_is_reproducible() {
         max_tokens: 12,
         sampling: SamplingParams { temperature: 1.2, top_k: 50, top_p: 0.95, seed, ..Default::default() },
         stop: vec![],
+        stop_repeated_words: 0,
     };
     let a = g.generate(&req(42), |_| true).unwrap();
     let b = g.generate(&req(42), |_| true).unwrap();
