@@ -219,7 +219,7 @@ def main():
     t0 = time.time()
     with tempfile.TemporaryDirectory() as state:
         # Re-verify every 2 s with a 5 s limit, so a frozen backend leaves rotation within seconds.
-        quick = ["--", "--verify-interval", "2", "--retry-interval", "1", "--verify-timeout", "5"]
+        quick = ["--small", "--", "--verify-interval", "2", "--retry-interval", "1", "--verify-timeout", "5"]
         proc, ready = start_up(a.gelo, state, args=quick)
         pids = ready["pids"]
         print(f"gelo up ready in {time.time() - t0:.0f} s: http://{ready['http']}/", flush=True)

@@ -38,10 +38,11 @@ def ingest(gelo, state, doc_id, text):
     ingest_paths(gelo, state, ["--id", doc_id, "--text", text])
 
 
-def ingest_paths(gelo, state, args):
-    """`gelo ingest ARGS` against the running stack (files, folders, or --text)."""
+def ingest_paths(gelo, state, args, cwd=None):
+    """`gelo ingest ARGS` against the running stack (files, folders, or --text), run in `cwd`
+    (document ids are the paths as given)."""
     env = dict(os.environ, GELO_UP_DIR=os.path.join(state, "up"))
-    subprocess.run([gelo, "ingest", *args], env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([os.path.abspath(gelo), "ingest", *args], env=env, check=True, stdout=subprocess.DEVNULL, cwd=cwd)
 
 
 def stop(proc):

@@ -111,7 +111,7 @@ def main():
         run_checks(a.base_url)
         return
     with tempfile.TemporaryDirectory() as state:
-        proc, ready = start_up(a.gelo, state)
+        proc, ready = start_up(a.gelo, state, args=["--small"])
         try:
             run_checks(f"http://{ready['http']}/v1", a.gelo, state)
         finally:

@@ -49,7 +49,7 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as state:
         env = dict(os.environ, GELO_MAX_OUTPUT_TOKENS="32")
-        proc, ready = start_up(a.gelo, state, env=env)
+        proc, ready = start_up(a.gelo, state, env=env, args=["--small"])
         try:
             base = f"http://{ready['http']}"
             ingest(a.gelo, state, "bees", "Honey bees tell their hive mates where flowers are with the waggle dance.")

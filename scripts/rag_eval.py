@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scores GELO's answers on a question set with reference facts (eval/rag/questions.jsonl).
 
-    python3 scripts/rag_eval.py --gelo PATH/TO/gelo [--up-args "--qwen"] [--json out.json]
+    python3 scripts/rag_eval.py --gelo PATH/TO/gelo [--up-args=--small] [--json out.json]
 
 Starts `gelo up` (with `--up-args`), ingests the project's README.md and docs/, asks every
 question through the OpenAI-compatible API (model gelo-rag, streamed, temperature 0) and
@@ -85,7 +85,7 @@ def score(item, text, cites, passages):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gelo", required=True)
-    ap.add_argument("--up-args", default="", help="more flags for gelo up, e.g. --qwen")
+    ap.add_argument("--up-args", default="", help="more flags for gelo up, e.g. --small")
     ap.add_argument("--questions", default=os.path.join(ROOT, "eval/rag/questions.jsonl"))
     ap.add_argument("--max-tokens", type=int, default=0, help="0: the gateway's default")
     ap.add_argument("--json", help="write the results here")
@@ -98,7 +98,7 @@ def main():
         proc, ready = start_up(a.gelo, state, env=env, args=a.up_args.split())
         try:
             t0 = time.time()
-            ingest_paths(a.gelo, state, [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "docs")])
+            ingest_paths(a.gelo, state, ["README.md", "docs"], cwd=ROOT)
             ingest_s = time.time() - t0
             base = f"http://{ready['http']}"
             rows = []

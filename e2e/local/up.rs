@@ -36,7 +36,7 @@ impl Up {
     fn start(state: &Path) -> Up {
         let log = state.with_extension("log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_gelo"))
-            .args(["up", "--state-dir", state.to_str().unwrap(), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args(["up", "--small", "--state-dir", state.to_str().unwrap(), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
             // Every process logs at debug (the services inherit it), so the plaintext scan
             // at the end of the test reads the most talkative logs there are.
             .env("RUST_LOG", "debug")
@@ -167,6 +167,10 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
     assert_eq!(s.passages.len(), 3);
     assert!(s.passages.iter().all(|p| p.rerank_score.is_some()), "reranked by the reranker service");
     assert!(s.timings.unwrap().rerank_seconds > 0.0);
+    // Unasked, `gelo up`'s default (yes/no) reranker is not used: it ranks worse than the
+    // embedder alone (docs/BENCHMARKS.md, "RAG answers").
+    let s = client.search(SearchRequest { query: "How is black tea made?".into(), top_k: 3, rerank: None }).await.unwrap().into_inner();
+    assert!(s.passages.iter().all(|p| p.rerank_score.is_none()), "reranked unasked");
     let questions = ["How is black tea made different from green tea?", "When did the first public steam railway open?"];
     for q in questions {
         let req = QueryRequest { question: q.into(), top_k: 3, max_tokens: 40, rerank: Some(false), ..Default::default() };

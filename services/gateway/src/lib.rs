@@ -23,6 +23,7 @@ pub mod console;
 pub mod docstore;
 pub mod documents;
 pub mod error;
+pub mod focus;
 pub mod grpc;
 pub mod openai;
 pub mod pipeline;

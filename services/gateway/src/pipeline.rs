@@ -26,9 +26,13 @@ use crate::{
     chunker::{Chunker, Planned},
     docstore::DocStore,
     error::{GatewayError, Result},
+    focus,
     prompt,
     roles::Role,
 };
+
+/// Units of the retrieved passages scored against a question at most ([`Pipeline::focus`]).
+const MAX_FOCUS_UNITS: usize = 64;
 
 /// Largest message a backend may answer with (a batch of embeddings).
 const MAX_BACKEND_MESSAGE: usize = 64 << 20;
@@ -58,6 +62,11 @@ pub struct Settings {
     pub max_tokens: u32,
     /// Repetition penalty of a Query's answer (1: none); chosen on eval/rag/questions.jsonl.
     pub repetition_penalty: f32,
+    /// Units (sentences, items, rows) of each passage a Query's prompt shows, from the one
+    /// closest to the question ([`crate::focus`]); 0 shows whole passages.
+    pub focus_units: usize,
+    /// A Query's answer ends once a run of this many words repeats one it wrote (0: off).
+    pub stop_repeated_words: u32,
 }
 
 impl Default for Settings {
@@ -79,6 +88,8 @@ impl Default for Settings {
             context_chars: 6000,
             max_tokens: 256,
             repetition_penalty: 1.0,
+            focus_units: 2,
+            stop_repeated_words: 6,
         }
     }
 }
@@ -285,10 +296,22 @@ impl Pipeline {
         let k = self.top_k(q.top_k, self.settings.query_top_k)?;
         let (hits, mut t) = self.retrieve(&q.question, k, q.rerank).await?;
         let send = |e: QueryEvent| async move { tx.send(Ok(e)).await.map_err(|_| ()) };
-        let ids: Vec<String> = hits.iter().map(|h| h.passage.passage_id.clone()).collect();
-        let sources: Vec<prompt::Source<'_>> =
-            hits.iter().map(|h| prompt::Source { id: &h.passage.passage_id, title: &h.passage.title, text: &h.passage.text }).collect();
+        let start = Instant::now();
+        let excerpts = self.focus(&q.question, &hits).await?;
+        t.embed += start.elapsed();
+        let sources: Vec<prompt::Source<'_>> = match &excerpts {
+            Some(excerpts) => excerpts
+                .iter()
+                .map(|e| prompt::Source { id: &hits[e.passage].passage.passage_id, title: "", text: &e.text })
+                .collect(),
+            None => hits
+                .iter()
+                .map(|h| prompt::Source { id: &h.passage.passage_id, title: &h.passage.title, text: &h.passage.text })
+                .collect(),
+        };
+        let ids: Vec<String> = sources.iter().map(|s| s.id.to_string()).collect();
         let messages = prompt::messages(&q.question, &sources, self.settings.context_chars);
+        drop(sources);
         let no_passages = hits.is_empty();
         if send(QueryEvent::Passages(hits.clone())).await.is_err() {
             return Ok(()); // the client went away
@@ -307,6 +330,7 @@ impl Pipeline {
             temperature: q.temperature,
             seed: q.seed,
             repetition_penalty: self.settings.repetition_penalty,
+            stop_repeated_words: self.settings.stop_repeated_words,
             ..Default::default()
         };
         let start = Instant::now();
@@ -350,6 +374,42 @@ impl Pipeline {
         let _ = send(QueryEvent::Citations { cited, unknown }).await;
         let _ = send(QueryEvent::Timings(t)).await;
         Ok(())
+    }
+
+    /// The excerpts of `hits` the generator is shown ([`focus`]), or `None` to show whole
+    /// passages (focus off, or no passage has a unit to score). Units past
+    /// [`MAX_FOCUS_UNITS`] are not scored: the later passages keep their first units only.
+    /// A unit that quotes the question is left out ([`focus::quotes`]).
+    async fn focus(&self, question: &str, hits: &[Hit]) -> Result<Option<Vec<focus::Excerpt>>> {
+        if self.settings.focus_units == 0 || hits.is_empty() {
+            return Ok(None);
+        }
+        let mut budget = MAX_FOCUS_UNITS;
+        let units: Vec<Vec<String>> = hits
+            .iter()
+            .map(|h| {
+                let mut u = focus::units(&h.passage.text);
+                u.retain(|unit| !focus::quotes(unit, question));
+                u.truncate(budget);
+                budget -= u.len();
+                u
+            })
+            .collect();
+        if units.iter().all(Vec::is_empty) {
+            return Ok(None);
+        }
+        let mut texts = Vec::with_capacity(1 + MAX_FOCUS_UNITS);
+        texts.push(question.to_string());
+        texts.extend(units.iter().flatten().cloned());
+        let (vectors, _) = self.embed(&texts, true).await?;
+        let (q, mut rest) = (&vectors[0], &vectors[1..]);
+        let mut scores = Vec::with_capacity(units.len());
+        for u in &units {
+            let (mine, after) = rest.split_at(u.len());
+            scores.push(mine.iter().map(|v| models::ops::cosine(q, v)).collect::<Vec<f32>>());
+            rest = after;
+        }
+        Ok(Some(focus::excerpts(&units, &scores, self.settings.focus_units)))
     }
 
     /// Deletes documents by id; returns how many existed.

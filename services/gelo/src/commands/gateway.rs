@@ -123,6 +123,14 @@ pub struct GatewayArgs {
     /// Repetition penalty of a Query's answer (1: none).
     #[arg(long, env = "GELO_ANSWER_REPETITION_PENALTY", default_value_t = Settings::default().repetition_penalty)]
     pub answer_repetition_penalty: f32,
+    /// Sentences (or list items, table rows) of each passage shown to the generator, from
+    /// the one closest to the question; 0 shows whole passages.
+    #[arg(long, env = "GELO_ANSWER_FOCUS_UNITS", default_value_t = Settings::default().focus_units)]
+    pub answer_focus_units: usize,
+    /// An answer ends once a run of this many words repeats one it already wrote
+    /// (degenerate repetition); 0: off.
+    #[arg(long, env = "GELO_ANSWER_STOP_REPEATED_WORDS", default_value_t = Settings::default().stop_repeated_words)]
+    pub answer_stop_repeated_words: u32,
     /// Largest document (bytes of text, title and metadata).
     #[arg(long, env = "GELO_MAX_DOCUMENT_BYTES", default_value_t = Settings::default().max_document_bytes)]
     pub max_document_bytes: usize,
@@ -178,6 +186,8 @@ impl GatewayArgs {
             context_chars: self.context_chars,
             max_tokens: self.max_answer_tokens,
             repetition_penalty: self.answer_repetition_penalty,
+            focus_units: self.answer_focus_units,
+            stop_repeated_words: self.answer_stop_repeated_words,
             max_document_bytes: self.max_document_bytes,
             ..Settings::default()
         };

@@ -66,14 +66,19 @@ pub struct UpArgs {
     /// Embedder model (default: all-MiniLM-L6-v2 from the offline packages).
     #[arg(long)]
     pub embedder_model: Option<PathBuf>,
-    /// Reranker model (default: the generator's model, scoring yes/no).
+    /// Reranker model (default: the generator's model, scoring yes/no, which searches and
+    /// queries then use only when a request asks: it ranks worse than the embedder alone).
     #[arg(long)]
     pub reranker_model: Option<PathBuf>,
-    /// Generator model (default: SmolLM2-135M-Instruct, or Qwen2.5-0.5B with --qwen).
+    /// Generator model (default: Qwen2.5-Coder-0.5B-Instruct, or SmolLM2-135M with --small).
     #[arg(long)]
     pub generator_model: Option<PathBuf>,
-    /// Qwen2.5-Coder-0.5B-Instruct (Q4_K_M) as reranker and generator instead of SmolLM2-135M.
-    #[arg(long)]
+    /// SmolLM2-135M-Instruct as reranker and generator instead of Qwen2.5-Coder-0.5B-Instruct:
+    /// starts and answers faster, and answers far worse (docs/BENCHMARKS.md, "RAG answers").
+    #[arg(long, conflicts_with = "qwen")]
+    pub small: bool,
+    /// Qwen2.5-Coder-0.5B-Instruct (Q4_K_M) as reranker and generator: the default.
+    #[arg(long, hide = true)]
     pub qwen: bool,
     /// No reranker: answers from retrieval order.
     #[arg(long)]
@@ -238,7 +243,7 @@ pub fn run(a: UpArgs) -> Result<()> {
     }
     let models = cache_dir().join("models");
     let embedder = need(a.embedder_model.clone().unwrap_or_else(|| models.join("all-minilm-l6-v2")))?;
-    let llm = if a.qwen { "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" } else { "smollm2-135m-instruct.gguf" };
+    let llm = if a.small { "smollm2-135m-instruct.gguf" } else { "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" };
     let generator = need(a.generator_model.clone().unwrap_or_else(|| models.join(llm)))?;
     let reranker = need(a.reranker_model.clone().unwrap_or_else(|| generator.clone()))?;
 
@@ -318,6 +323,13 @@ pub fn run(a: UpArgs) -> Result<()> {
         ];
         for (s, (role, _, id)) in services.iter().zip(&roles) {
             args.extend([format!("--{role}"), s.grpc()?, format!("--{role}-identity"), id.clone()]);
+        }
+        let rerank_given = a.gateway_args.iter().any(|g| g == "--rerank" || g.starts_with("--rerank="));
+        if a.reranker_model.is_none() && !rerank_given {
+            // The default reranker is the small generator scoring yes/no: measured on
+            // eval/rag/questions.jsonl it ranks worse than the embedder alone, so queries do
+            // not use it unless asked (per request `rerank`, or `-- --rerank true`).
+            args.extend(["--rerank".into(), "false".into()]);
         }
         args.extend(a.gateway_args.iter().cloned());
         let mut gw = Service::start("gateway", &args, &pki_dir, &logs)?;
