@@ -311,7 +311,6 @@ impl Pipeline {
         };
         let ids: Vec<String> = sources.iter().map(|s| s.id.to_string()).collect();
         let messages = prompt::messages(&q.question, &sources, self.settings.context_chars);
-        drop(sources);
         let no_passages = hits.is_empty();
         if send(QueryEvent::Passages(hits.clone())).await.is_err() {
             return Ok(()); // the client went away

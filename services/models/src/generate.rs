@@ -274,10 +274,7 @@ impl TextGenerator {
             0 => None,
             n => repeated_run(&s.text, n, last),
         };
-        let hit = match (hit, repeat) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let hit = hit.into_iter().chain(repeat).min();
         if let Some(end) = hit {
             let end = end.max(s.emitted);
             let out = s.text[s.emitted..end].to_string();
@@ -346,19 +343,13 @@ pub fn repeated_run(text: &str, n: usize, last: bool) -> Option<usize> {
     if n == 0 {
         return None;
     }
-    let mut words: Vec<(usize, &str)> =
-        text.split_whitespace().map(|w| (w.as_ptr() as usize - text.as_ptr() as usize, w)).collect();
+    let mut words: Vec<&str> = text.split_whitespace().collect();
     if !last && !text.ends_with(char::is_whitespace) {
         words.pop();
     }
-    let mut seen = std::collections::HashSet::new();
-    for run in words.windows(n) {
-        let key: Vec<&str> = run.iter().map(|&(_, w)| w).collect();
-        if !seen.insert(key) {
-            return Some(run[0].0);
-        }
-    }
-    None
+    // Runs are slices of `words`: no allocation per run (this runs at every decoded token).
+    let mut seen = std::collections::HashSet::with_capacity(words.len());
+    words.windows(n).find(|run| !seen.insert(*run)).map(|run| run[0].as_ptr() as usize - text.as_ptr() as usize)
 }
 
 #[cfg(test)]

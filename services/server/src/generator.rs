@@ -97,7 +97,8 @@ pub struct GeneratorService {
 
 /// Tokens generated when a request does not say.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
-/// Longest run of words `stop_repeated_words` may name (one word repeats all the time).
+/// Longest run of words `stop_repeated_words` may name (the shortest is 2: single words
+/// repeat all the time).
 const MAX_STOP_REPEATED_WORDS: u32 = 64;
 
 impl GeneratorService {
