@@ -65,6 +65,9 @@ pub struct Settings {
     /// Units (sentences, items, rows) of each passage a Query's prompt shows, from the one
     /// closest to the question ([`crate::focus`]); 0 shows whole passages.
     pub focus_units: usize,
+    /// Passages retrieved for the focus to choose a Query's `top_k` from, by their best
+    /// unit (at least top_k; focus on only).
+    pub focus_candidates: usize,
     /// A Query's answer ends once a run of this many words repeats one it wrote (0: off).
     pub stop_repeated_words: u32,
 }
@@ -89,6 +92,7 @@ impl Default for Settings {
             max_tokens: 256,
             repetition_penalty: 1.0,
             focus_units: 2,
+            focus_candidates: 8,
             stop_repeated_words: 6,
         }
     }
@@ -294,10 +298,21 @@ impl Pipeline {
         let arrived = Instant::now();
         self.check_question("question", &q.question)?;
         let k = self.top_k(q.top_k, self.settings.query_top_k)?;
-        let (hits, mut t) = self.retrieve(&q.question, k, q.rerank).await?;
+        let candidates = if self.settings.focus_units > 0 { k.max(self.settings.focus_candidates) } else { k };
+        let (mut hits, mut t) = self.retrieve(&q.question, candidates, q.rerank).await?;
         let send = |e: QueryEvent| async move { tx.send(Ok(e)).await.map_err(|_| ()) };
         let start = Instant::now();
-        let excerpts = self.focus(&q.question, &hits).await?;
+        let excerpts = self.focus(&q.question, &hits).await?.map(|mut excerpts| {
+            // The generator is shown the k best excerpts; the passages are those.
+            excerpts.truncate(k);
+            let shown: Vec<Hit> = excerpts.iter().map(|e| hits[e.passage].clone()).collect();
+            for (i, e) in excerpts.iter_mut().enumerate() {
+                e.passage = i;
+            }
+            hits = shown;
+            excerpts
+        });
+        hits.truncate(k);
         t.embed += start.elapsed();
         let sources: Vec<prompt::Source<'_>> = match &excerpts {
             Some(excerpts) => excerpts

@@ -127,6 +127,10 @@ pub struct GatewayArgs {
     /// the one closest to the question; 0 shows whole passages.
     #[arg(long, env = "GELO_ANSWER_FOCUS_UNITS", default_value_t = Settings::default().focus_units)]
     pub answer_focus_units: usize,
+    /// Passages retrieved for a Query when the focus is on; the best `top_k` by their closest
+    /// sentence are shown.
+    #[arg(long, env = "GELO_ANSWER_FOCUS_CANDIDATES", default_value_t = Settings::default().focus_candidates)]
+    pub answer_focus_candidates: usize,
     /// An answer ends once a run of this many words repeats one it already wrote
     /// (degenerate repetition); 0: off.
     #[arg(long, env = "GELO_ANSWER_STOP_REPEATED_WORDS", default_value_t = Settings::default().stop_repeated_words)]
@@ -187,6 +191,7 @@ impl GatewayArgs {
             max_tokens: self.max_answer_tokens,
             repetition_penalty: self.answer_repetition_penalty,
             focus_units: self.answer_focus_units,
+            focus_candidates: self.answer_focus_candidates,
             stop_repeated_words: self.answer_stop_repeated_words,
             max_document_bytes: self.max_document_bytes,
             ..Settings::default()
