@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device run on a GPU machine without a Vulkan loader (the lent H200): unpack the loader
+# One run on a GPU machine without a Vulkan loader (such as an NVIDIA H200): unpack the loader
 # libraries carried in .gl/, then run the PyTorch peer and `gelo bench gpu` on the same GPU
 # and join their numbers. Logs and JSON land in $OUT (or ./gpu-out).
 #
