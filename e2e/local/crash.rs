@@ -4,8 +4,8 @@
 
 use std::{
     sync::{
-        atomic::{AtomicUsize, Ordering},
         Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -45,7 +45,9 @@ async fn a_gateway_killed_during_ingest_keeps_every_acknowledged_document_whole(
             let mut call = 0;
             loop {
                 calls.store(call + 1, Ordering::SeqCst);
-                let docs = (0..DOCS_PER_CALL).map(|i| doc(&id_of(call, i), &format!("Study {call}-{i}"), &text_of(call, i))).collect();
+                let docs = (0..DOCS_PER_CALL)
+                    .map(|i| doc(&id_of(call, i), &format!("Study {call}-{i}"), &text_of(call, i)))
+                    .collect();
                 match ingest(&mut client, docs).await {
                     Ok(s) => {
                         assert_eq!(s.documents as usize, DOCS_PER_CALL, "{:?}", s.skipped);
@@ -82,7 +84,10 @@ async fn a_gateway_killed_during_ingest_keeps_every_acknowledged_document_whole(
     let mut client = rag(&gw).await;
     let st = stats(&mut client).await;
     assert!(st.documents as usize >= acked.len(), "{} stored, {} acknowledged", st.documents, acked.len());
-    let hit = client.search(SearchRequest { query: "subject 0-3 zebrafish regeneration study".into(), top_k: 1, rerank: None }).await.unwrap();
+    let hit = client
+        .search(SearchRequest { query: "subject 0-3 zebrafish regeneration study".into(), top_k: 1, rerank: None })
+        .await
+        .unwrap();
     assert_eq!(hit.into_inner().passages[0].document_id, id_of(0, 3));
     let stored_documents = st.documents as usize;
     drop(client);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use api::v1::{query_response::Event, QueryRequest};
+use api::v1::{QueryRequest, query_response::Event};
 
 use crate::{stack::*, support::*};
 
@@ -12,8 +12,16 @@ async fn active(p: &Proc) -> f64 {
     p.metric("gelo_active_sequences", "").await
 }
 
-async fn short_query(client: &mut api::v1::rag_client::RagClient<tonic::transport::Channel>) -> Result<String, tonic::Status> {
-    let req = QueryRequest { question: "What was replicated in the cohorts?".into(), top_k: 1, max_tokens: 3, rerank: Some(false), ..Default::default() };
+async fn short_query(
+    client: &mut api::v1::rag_client::RagClient<tonic::transport::Channel>,
+) -> Result<String, tonic::Status> {
+    let req = QueryRequest {
+        question: "What was replicated in the cohorts?".into(),
+        top_k: 1,
+        max_tokens: 3,
+        rerank: Some(false),
+        ..Default::default()
+    };
     let mut s = client.query(req).await?.into_inner();
     let mut text = String::new();
     while let Some(m) = s.message().await? {
@@ -57,7 +65,13 @@ async fn a_killed_generator_fails_its_query_and_the_other_replica_takes_over_unt
     ingest(&mut client, vec![doc("c1", "Cohorts", &paragraph("sleep and memory", 4))]).await.unwrap();
 
     // 1. A long answer; kill whichever generator is decoding it.
-    let req = QueryRequest { question: "Describe every finding in detail.".into(), top_k: 1, max_tokens: 400, rerank: Some(false), ..Default::default() };
+    let req = QueryRequest {
+        question: "Describe every finding in detail.".into(),
+        top_k: 1,
+        max_tokens: 400,
+        rerank: Some(false),
+        ..Default::default()
+    };
     let mut stream = client.query(req).await.unwrap().into_inner();
     loop {
         match stream.message().await.unwrap().and_then(|m| m.event) {
@@ -81,7 +95,9 @@ async fn a_killed_generator_fails_its_query_and_the_other_replica_takes_over_unt
     };
     assert_eq!(failed.code(), tonic::Code::Unavailable, "{failed:?}");
     assert!(
-        failed.message().contains("generator") && failed.message().contains(&format!("127.0.0.1:{port}")) && failed.message().contains("retry"),
+        failed.message().contains("generator")
+            && failed.message().contains(&format!("127.0.0.1:{port}"))
+            && failed.message().contains("retry"),
         "{}",
         failed.message()
     );

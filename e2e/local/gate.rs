@@ -42,7 +42,8 @@ async fn only_verified_backends_are_ever_sent_a_request() {
     assert_ne!(identity(&other), identity(&minilm()));
     let wrong_model = service("gate-model", "embedder", &other, &[], &[]);
     let bad_measurement = "ba".repeat(48);
-    let wrong_measurement = service("gate-measurement", "embedder", &minilm(), &[], &[("GELO_MOCK_MEASUREMENT", &bad_measurement)]);
+    let wrong_measurement =
+        service("gate-measurement", "embedder", &minilm(), &[], &[("GELO_MOCK_MEASUREMENT", &bad_measurement)]);
     let pki = untrusted_pki();
     let wrong_root = service("gate-root", "embedder", &minilm(), &[], &[("GELO_MOCK_PKI_DIR", pki.to_str().unwrap())]);
     // A genuine, verified-looking generator listed as an embedder (with its own model identity).
@@ -71,7 +72,14 @@ async fn only_verified_backends_are_ever_sent_a_request() {
     let gw = gateway(
         "gate-gateway",
         &data,
-        &["--embedder", &endpoints.join(","), "--embedder-identity", &hex_identity(&minilm()), "--routes-file", routes.to_str().unwrap()],
+        &[
+            "--embedder",
+            &endpoints.join(","),
+            "--embedder-identity",
+            &hex_identity(&minilm()),
+            "--routes-file",
+            routes.to_str().unwrap(),
+        ],
     );
     let mut client = rag(&gw).await;
     eventually(std::time::Duration::from_secs(30), "every backend has a verdict", || {
@@ -85,13 +93,18 @@ async fn only_verified_backends_are_ever_sent_a_request() {
     let s = ingest(&mut client, docs).await.unwrap();
     assert_eq!(s.documents, 6);
     for i in 0..20 {
-        let r = client.search(SearchRequest { query: format!("effect of topic {}", i % 6), top_k: 3, rerank: None }).await.unwrap();
+        let r = client
+            .search(SearchRequest { query: format!("effect of topic {}", i % 6), top_k: 3, rerank: None })
+            .await
+            .unwrap();
         assert_eq!(r.into_inner().passages.len(), 3);
     }
 
     let st = stats(&mut client).await;
     // Every reason given for an endpoint (the good one is listed twice: static and pinned).
-    let reason = |ep: &str| -> String { st.backends.iter().filter(|b| b.endpoint == ep).map(|b| b.reason.clone()).collect::<Vec<_>>().join(" | ") };
+    let reason = |ep: &str| -> String {
+        st.backends.iter().filter(|b| b.endpoint == ep).map(|b| b.reason.clone()).collect::<Vec<_>>().join(" | ")
+    };
     let verified: Vec<&str> = st.backends.iter().filter(|b| b.verified).map(|b| b.endpoint.as_str()).collect();
     assert_eq!(verified, [good.target()], "{:#?}", st.backends);
     assert!(reason(&wrong_model.target()).contains("model_identity_mismatch"), "{:#?}", st.backends);
@@ -124,7 +137,11 @@ async fn only_verified_backends_are_ever_sent_a_request() {
     .await;
     let err = c2.search(SearchRequest { query: "anything".into(), top_k: 1, rerank: None }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable);
-    assert!(err.message().contains("no verified embedder") && err.message().contains("measurement_not_allowed"), "{}", err.message());
+    assert!(
+        err.message().contains("no verified embedder") && err.message().contains("measurement_not_allowed"),
+        "{}",
+        err.message()
+    );
     let err = c2.query(api::v1::QueryRequest { question: "q".into(), ..Default::default() }).await;
     let status = match err {
         Err(s) => s,
@@ -142,8 +159,16 @@ fn verify_gateway(gw: &Proc, extra: &[&str]) -> (bool, String, String) {
     let identity = hex_identity(&minilm());
     args.extend(["--expect-identity", &identity]);
     args.extend_from_slice(extra);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gelo")).args(&args).env("GELO_UP_DIR", "/nonexistent").output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gelo"))
+        .args(&args)
+        .env("GELO_UP_DIR", "/nonexistent")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,13 +177,23 @@ async fn a_client_refuses_a_gateway_that_attests_another_backend_policy() {
     // P: the test policy. P′: P plus someone else's root and any launch measurement, as a
     // rewritten ConfigMap would give the gateway.
     let mut wider = (*policy()).clone();
-    wider.trusted_roots.push(attest::TrustedRoot::MockPem(MockPki::load_or_create(&untrusted_pki()).unwrap().ark_pem()));
+    wider
+        .trusted_roots
+        .push(attest::TrustedRoot::MockPem(MockPki::load_or_create(&untrusted_pki()).unwrap().ark_pem()));
     wider.allow_any_measurement = true;
     let wider_file = dir.path().join("wider.yaml");
     std::fs::write(&wider_file, wider.to_yaml()).unwrap();
     let minilm = minilm();
     let data = dir.path().join("data-wider");
-    let args = ["gateway", "--model", minilm.to_str().unwrap(), "--listen", "127.0.0.1:0", "--policy", wider_file.to_str().unwrap()];
+    let args = [
+        "gateway",
+        "--model",
+        minilm.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--policy",
+        wider_file.to_str().unwrap(),
+    ];
     let mut args = args.to_vec();
     args.extend(["--data-dir", data.to_str().unwrap()]);
     let on_wider = Proc::start("policy-gateway-wider", &args, &[]);

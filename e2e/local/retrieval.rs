@@ -19,7 +19,7 @@ use std::{
 use api::v1::{Chunking, Document, SearchRequest};
 use futures::StreamExt;
 use kernels::CpuEngine;
-use models::{beir, load_embedder, LoadOptions};
+use models::{LoadOptions, beir, load_embedder};
 use protocol::{MaskedConfig, MaskedExecutor};
 
 use crate::stack::*;
@@ -78,9 +78,17 @@ async fn scifact_search_through_the_gateway_ranks_like_the_embedders_own_evaluat
         .map(|(qid, text)| {
             let mut c = client.clone();
             async move {
-                let r = c.search(SearchRequest { query: text, top_k: 100, rerank: Some(false) }).await.expect("search").into_inner();
+                let r = c
+                    .search(SearchRequest { query: text, top_k: 100, rerank: Some(false) })
+                    .await
+                    .expect("search")
+                    .into_inner();
                 assert!(r.passages.iter().all(|p| p.rerank_score.is_none()));
-                (qid, r.passages.iter().map(|p| p.document_id.clone()).collect(), r.passages.iter().map(|p| p.score).collect())
+                (
+                    qid,
+                    r.passages.iter().map(|p| p.document_id.clone()).collect(),
+                    r.passages.iter().map(|p| p.score).collect(),
+                )
             }
         })
         .buffered(4)
@@ -137,10 +145,18 @@ async fn scifact_search_through_the_gateway_ranks_like_the_embedders_own_evaluat
         for (rank, id) in got.iter().take(10).enumerate() {
             let theirs = dot(&query_vecs[qi], &corpus_vecs[row[id.as_str()]]);
             let ours = h[rank].1;
-            assert!((theirs - ours).abs() < NOISE, "query {qid} rank {rank}: gateway has {id} ({theirs}), in process {} ({ours})", data.corpus[h[rank].0].0);
+            assert!(
+                (theirs - ours).abs() < NOISE,
+                "query {qid} rank {rank}: gateway has {id} ({theirs}), in process {} ({ours})",
+                data.corpus[h[rank].0].0
+            );
         }
     }
     eprintln!("identical top-10 lists: {same} of {}", data.queries.len());
-    assert!(same * 100 >= data.queries.len() * 80, "identical top-10 for only {same} of {} queries", data.queries.len());
+    assert!(
+        same * 100 >= data.queries.len() * 80,
+        "identical top-10 for only {same} of {} queries",
+        data.queries.len()
+    );
     drop(gw);
 }

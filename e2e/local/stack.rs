@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use api::v1::{rag_client::RagClient, Document, StatsRequest, StatsResponse};
+use api::v1::{Document, StatsRequest, StatsResponse, rag_client::RagClient};
 use tonic::transport::Channel;
 
 use crate::support::{self, Proc};
@@ -75,7 +75,10 @@ pub fn doc(id: &str, title: &str, text: &str) -> Document {
     Document { id: id.into(), title: title.into(), text: text.into(), ..Default::default() }
 }
 
-pub async fn ingest(client: &mut RagClient<Channel>, docs: Vec<Document>) -> Result<api::v1::IngestSummary, tonic::Status> {
+pub async fn ingest(
+    client: &mut RagClient<Channel>,
+    docs: Vec<Document>,
+) -> Result<api::v1::IngestSummary, tonic::Status> {
     client.ingest(futures::stream::iter(docs)).await.map(|r| r.into_inner())
 }
 
@@ -104,5 +107,7 @@ pub async fn requests(p: &Proc) -> f64 {
 /// A paragraph of `n` sentences that mentions `topic` (distinct enough per topic for
 /// retrieval to find it).
 pub fn paragraph(topic: &str, n: usize) -> String {
-    (0..n).map(|i| format!("Finding {i} about {topic}: the measured effect of {topic} was replicated in cohort {i}. ")).collect()
+    (0..n)
+        .map(|i| format!("Finding {i} about {topic}: the measured effect of {topic} was replicated in cohort {i}. "))
+        .collect()
 }

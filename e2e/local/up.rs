@@ -12,10 +12,10 @@ use std::{
     time::Duration,
 };
 
-use api::v1::{query_response::Event, rag_client::RagClient, QueryRequest, SearchRequest};
+use api::v1::{QueryRequest, SearchRequest, query_response::Event, rag_client::RagClient};
 use attest::{ExpectedPeer, Policy};
 use base64::Engine as _;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::stack::*;
 
@@ -36,7 +36,16 @@ impl Up {
     fn start(state: &Path) -> Up {
         let log = state.with_extension("log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_gelo"))
-            .args(["up", "--small", "--state-dir", state.to_str().unwrap(), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args([
+                "up",
+                "--small",
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+            ])
             // Every process logs at debug (the services inherit it), so the plaintext scan
             // at the end of the test reads the most talkative logs there are.
             .env("RUST_LOG", "debug")
@@ -54,7 +63,9 @@ impl Up {
                 break;
             }
         }
-        let ready = ready.unwrap_or_else(|| panic!("gelo up did not become ready:\n{}", std::fs::read_to_string(&log).unwrap_or_default()));
+        let ready = ready.unwrap_or_else(|| {
+            panic!("gelo up did not become ready:\n{}", std::fs::read_to_string(&log).unwrap_or_default())
+        });
         Up { child, state: state.to_path_buf(), ready, services, log }
     }
 
@@ -64,7 +75,11 @@ impl Up {
 
     fn cli(&self, args: &[&str]) -> (bool, String, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_gelo")).args(args).env("GELO_UP_DIR", &self.state).output().unwrap();
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     fn stop(&mut self) -> std::process::ExitStatus {
@@ -122,10 +137,26 @@ async fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String) {
 }
 
 const DOCS: [(&str, &str, &str); 4] = [
-    ("volcano.md", "# Volcanoes\n\nA volcano erupts when magma from the mantle rises through the crust. Lava flows, ash clouds and pyroclastic flows are the main hazards; Mount Etna in Sicily is one of the most active volcanoes on Earth.", "md"),
-    ("bees.txt", "Honey bees communicate the direction and distance of flowers to their hive mates with the waggle dance. A colony has one queen, thousands of female workers and, in summer, a few hundred male drones.", "txt"),
-    ("tea.txt", "Green tea and black tea come from the same plant, Camellia sinensis. Black tea is oxidised before drying, green tea is not, which is why green tea keeps more catechins.", "txt"),
-    ("rail.txt", "The first public steam railway, the Stockton and Darlington Railway, opened in England in 1825. George Stephenson built its locomotive, Locomotion No. 1.", "txt"),
+    (
+        "volcano.md",
+        "# Volcanoes\n\nA volcano erupts when magma from the mantle rises through the crust. Lava flows, ash clouds and pyroclastic flows are the main hazards; Mount Etna in Sicily is one of the most active volcanoes on Earth.",
+        "md",
+    ),
+    (
+        "bees.txt",
+        "Honey bees communicate the direction and distance of flowers to their hive mates with the waggle dance. A colony has one queen, thousands of female workers and, in summer, a few hundred male drones.",
+        "txt",
+    ),
+    (
+        "tea.txt",
+        "Green tea and black tea come from the same plant, Camellia sinensis. Black tea is oxidised before drying, green tea is not, which is why green tea keeps more catechins.",
+        "txt",
+    ),
+    (
+        "rail.txt",
+        "The first public steam railway, the Stockton and Darlington Railway, opened in England in 1825. George Stephenson built its locomotive, Locomotion No. 1.",
+        "txt",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,7 +179,8 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
     let (ok, out, err) = up.cli(&["ingest", files.to_str().unwrap(), jsonl.to_str().unwrap()]);
     assert!(ok, "gelo ingest failed: {err}");
     assert!(out.contains("ingested 5 documents"), "{out}");
-    let (ok, out, err) = up.cli(&["search", "which insect does a waggle dance?", "--top-k", "2", "--rerank", "false", "--json"]);
+    let (ok, out, err) =
+        up.cli(&["search", "which insect does a waggle dance?", "--top-k", "2", "--rerank", "false", "--json"]);
     assert!(ok, "gelo search failed: {err}");
     let found: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(found["passages"].as_array().unwrap().len(), 2);
@@ -163,17 +195,27 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
     let ch = attest::ratls::connect(&up.ready["grpc"], policy, expected, None).await.expect("RA-TLS to the gateway");
     ch.challenge().await.unwrap();
     let mut client = RagClient::new(ch.channel());
-    let s = client.search(SearchRequest { query: "How is black tea made?".into(), top_k: 3, rerank: Some(true) }).await.unwrap().into_inner();
+    let s = client
+        .search(SearchRequest { query: "How is black tea made?".into(), top_k: 3, rerank: Some(true) })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(s.passages.len(), 3);
     assert!(s.passages.iter().all(|p| p.rerank_score.is_some()), "reranked by the reranker service");
     assert!(s.timings.unwrap().rerank_seconds > 0.0);
     // Unasked, `gelo up`'s default (yes/no) reranker is not used: it ranks worse than the
     // embedder alone (docs/BENCHMARKS.md, "RAG answers").
-    let s = client.search(SearchRequest { query: "How is black tea made?".into(), top_k: 3, rerank: None }).await.unwrap().into_inner();
+    let s = client
+        .search(SearchRequest { query: "How is black tea made?".into(), top_k: 3, rerank: None })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(s.passages.iter().all(|p| p.rerank_score.is_none()), "reranked unasked");
-    let questions = ["How is black tea made different from green tea?", "When did the first public steam railway open?"];
+    let questions =
+        ["How is black tea made different from green tea?", "When did the first public steam railway open?"];
     for q in questions {
-        let req = QueryRequest { question: q.into(), top_k: 3, max_tokens: 40, rerank: Some(false), ..Default::default() };
+        let req =
+            QueryRequest { question: q.into(), top_k: 3, max_tokens: 40, rerank: Some(false), ..Default::default() };
         let mut stream = client.query(req).await.unwrap().into_inner();
         let mut events = Vec::new();
         while let Some(m) = stream.message().await.unwrap() {
@@ -182,13 +224,20 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
         let Some(Event::Passages(p)) = events.first() else { panic!("passages come first: {events:?}") };
         let retrieved: Vec<String> = p.passages.iter().map(|p| p.passage_id.clone()).collect();
         assert_eq!(retrieved.len(), 3);
-        let answer: String = events.iter().filter_map(|e| if let Event::Text(t) = e { Some(t.as_str()) } else { None }).collect();
-        let text_at: Vec<usize> = events.iter().enumerate().filter(|(_, e)| matches!(e, Event::Text(_))).map(|(i, _)| i).collect();
+        let answer: String =
+            events.iter().filter_map(|e| if let Event::Text(t) = e { Some(t.as_str()) } else { None }).collect();
+        let text_at: Vec<usize> =
+            events.iter().enumerate().filter(|(_, e)| matches!(e, Event::Text(_))).map(|(i, _)| i).collect();
         assert!(!text_at.is_empty(), "no answer text");
         let n = events.len();
-        assert!(matches!(events[n - 3], Event::Usage(ref u) if u.completion_tokens > 0 && u.prompt_tokens > 0), "{events:?}");
+        assert!(
+            matches!(events[n - 3], Event::Usage(ref u) if u.completion_tokens > 0 && u.prompt_tokens > 0),
+            "{events:?}"
+        );
         let Event::Citations(c) = &events[n - 2] else { panic!("citations before timings: {events:?}") };
-        assert!(matches!(events[n - 1], Event::Timings(ref t) if t.generate_seconds > 0.0 && t.first_token_seconds > 0.0));
+        assert!(
+            matches!(events[n - 1], Event::Timings(ref t) if t.generate_seconds > 0.0 && t.first_token_seconds > 0.0)
+        );
         assert!(*text_at.last().unwrap() < n - 3, "text comes before usage");
         // The citations, parsed from the streamed text itself, name retrieved passages only.
         let cited = gateway::prompt::parse_citations(&answer);
@@ -205,17 +254,25 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
 
     // 3. The OpenAI-compatible API.
     let http = up.http();
-    let (code, body) = post(http, "/v1/embeddings", &json!({"model": "gelo-embedder", "input": ["green tea", "railway"]})).await;
+    let (code, body) =
+        post(http, "/v1/embeddings", &json!({"model": "gelo-embedder", "input": ["green tea", "railway"]})).await;
     assert_eq!(code, 200, "{body}");
     let floats: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(floats["data"].as_array().unwrap().len(), 2);
-    let v0: Vec<f32> = floats["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    let v0: Vec<f32> =
+        floats["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
     assert_eq!(v0.len(), 384);
     assert!(floats["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
-    let (code, body) = post(http, "/v1/embeddings", &json!({"model": "gelo-embedder", "input": "green tea", "encoding_format": "base64"})).await;
+    let (code, body) = post(
+        http,
+        "/v1/embeddings",
+        &json!({"model": "gelo-embedder", "input": "green tea", "encoding_format": "base64"}),
+    )
+    .await;
     assert_eq!(code, 200, "{body}");
     let b64: Value = serde_json::from_str(&body).unwrap();
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
     let v1: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
     assert!(models::ops::cosine(&v0, &v1) > 0.9999, "base64 and float encodings of the same text differ");
 
@@ -269,8 +326,16 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
         ("/v1/embeddings", json!({"model": "gelo-embedder", "input": [1, 2, 3]}), 400),
         ("/v1/embeddings", json!({"model": "gelo-embedder", "input": "many words ".repeat(400)}), 400),
         ("/v1/chat/completions", json!({"model": "gelo-generator", "messages": []}), 400),
-        ("/v1/chat/completions", json!({"model": "gelo-generator", "messages": [{"role": "tool", "content": "x"}]}), 400),
-        ("/v1/chat/completions", json!({"model": "gelo-generator", "messages": [{"role": "user", "content": "x"}], "temperature": 7}), 400),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gelo-generator", "messages": [{"role": "tool", "content": "x"}]}),
+            400,
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gelo-generator", "messages": [{"role": "user", "content": "x"}], "temperature": 7}),
+            400,
+        ),
         ("/v1/rerank", json!({"query": "q", "documents": []}), 400),
         ("/v1/nothing", json!({}), 404),
     ] {
@@ -300,13 +365,29 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
     }
     assert!(logs.len() >= 5, "gelo up and four service logs: {}", logs.len());
     assert!(logs.iter().map(String::len).sum::<usize>() > 10_000, "the debug logs are suspiciously short");
-    let secrets = ["magma", "waggle", "Camellia", "Stephenson", "Locomotion", "semiconductor nanocrystals", "black tea",
-        "steam railway", "Say hello", "capital of France", "Bees dance", "green tea", "honey bees use"];
+    let secrets = [
+        "magma",
+        "waggle",
+        "Camellia",
+        "Stephenson",
+        "Locomotion",
+        "semiconductor nanocrystals",
+        "black tea",
+        "steam railway",
+        "Say hello",
+        "capital of France",
+        "Bees dance",
+        "green tea",
+        "honey bees use",
+    ];
     for log in &logs {
         for s in secrets {
             if let Some(at) = log.find(s) {
                 let line = log[..at].rfind('\n').map_or(0, |i| i + 1);
-                panic!("plaintext `{s}` in a log line: {}", &log[line..log[at..].find('\n').map_or(log.len(), |j| at + j)]);
+                panic!(
+                    "plaintext `{s}` in a log line: {}",
+                    &log[line..log[at..].find('\n').map_or(log.len(), |j| at + j)]
+                );
             }
         }
     }

@@ -12,7 +12,9 @@ pub enum OpKind {
     /// Product with registered weights (the ids, in order).
     Linear(Vec<WeightId>),
     /// Runtime × runtime product (left and right operands are recorded separately).
-    Dynamic { transpose_b: bool },
+    Dynamic {
+        transpose_b: bool,
+    },
     Softmax,
 }
 

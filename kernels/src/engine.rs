@@ -247,8 +247,7 @@ pub trait Engine: Send + Sync {
     }
 
     /// Runtime × runtime product `a · b`, or `a · bᵀ` when `transpose_b`.
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool)
-    -> Result<Masked, EngineError>;
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError>;
 
     /// Several independent runtime products in one submission.
     fn matmul_dynamic_batched(
@@ -305,11 +304,7 @@ pub fn check_operand(op: &'static str, x: &Masked, d_in: usize) -> Result<(), En
 }
 
 /// Shape of `a · b` (or `a · bᵀ`), or the reason it has none.
-pub fn dynamic_shape(
-    a: &Masked,
-    b: &Masked,
-    transpose_b: bool,
-) -> Result<(usize, usize, usize), EngineError> {
+pub fn dynamic_shape(a: &Masked, b: &Masked, transpose_b: bool) -> Result<(usize, usize, usize), EngineError> {
     if a.rows() == 0 || a.cols() == 0 || b.rows() == 0 || b.cols() == 0 {
         return Err(EngineError::Empty("matmul_dynamic"));
     }

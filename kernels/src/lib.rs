@@ -14,12 +14,9 @@ pub mod pool;
 pub mod simd;
 pub mod timing;
 
-pub use boundary::{danger, Masked, MaskedView};
+pub use boundary::{Masked, MaskedView, danger};
 pub use cpu::CpuEngine;
-pub use engine::{
-    Engine, EngineError, EngineInfo, Precision, Registered, Weight, WeightData, WeightId,
-    WeightLayout,
-};
+pub use engine::{Engine, EngineError, EngineInfo, Precision, Registered, Weight, WeightData, WeightId, WeightLayout};
 pub use matrix::{Matrix, ShapeError};
 
 /// Unit roundoff of IEEE-754 binary32 (2⁻²⁴).

@@ -113,11 +113,7 @@ impl Matrix {
 
     /// Rows `start..end` as a new matrix.
     pub fn slice_rows(&self, start: usize, end: usize) -> Matrix {
-        Matrix {
-            rows: end - start,
-            cols: self.cols,
-            data: self.data[start * self.cols..end * self.cols].to_vec(),
-        }
+        Matrix { rows: end - start, cols: self.cols, data: self.data[start * self.cols..end * self.cols].to_vec() }
     }
 
     pub fn get(&self, r: usize, c: usize) -> f32 {

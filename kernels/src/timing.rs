@@ -60,7 +60,12 @@ impl<E: Engine> Engine for TimedEngine<E> {
     }
 
     /// The caller's time in `read` is its own, not the engine's: it is left out.
-    fn matmul_many_with(&self, x: &Masked, ids: &[WeightId], read: &mut dyn FnMut(&[MaskedView<'_>])) -> Result<(), EngineError> {
+    fn matmul_many_with(
+        &self,
+        x: &Masked,
+        ids: &[WeightId],
+        read: &mut dyn FnMut(&[MaskedView<'_>]),
+    ) -> Result<(), EngineError> {
         let (t, mut reading) = (Instant::now(), Duration::ZERO);
         let out = self.inner.matmul_many_with(x, ids, &mut |zs| {
             let r = Instant::now();
@@ -75,7 +80,11 @@ impl<E: Engine> Engine for TimedEngine<E> {
         self.timed(|| self.inner.matmul_dynamic(a, b, transpose_b))
     }
 
-    fn matmul_dynamic_batched(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Vec<Masked>, EngineError> {
+    fn matmul_dynamic_batched(
+        &self,
+        pairs: &[(&Masked, &Masked)],
+        transpose_b: bool,
+    ) -> Result<Vec<Masked>, EngineError> {
         self.timed(|| self.inner.matmul_dynamic_batched(pairs, transpose_b))
     }
 
@@ -109,7 +118,12 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
         (**self).matmul_many(x, ids)
     }
 
-    fn matmul_many_with(&self, x: &Masked, ids: &[WeightId], read: &mut dyn FnMut(&[MaskedView<'_>])) -> Result<(), EngineError> {
+    fn matmul_many_with(
+        &self,
+        x: &Masked,
+        ids: &[WeightId],
+        read: &mut dyn FnMut(&[MaskedView<'_>]),
+    ) -> Result<(), EngineError> {
         (**self).matmul_many_with(x, ids, read)
     }
 
@@ -117,7 +131,11 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
         (**self).matmul_dynamic(a, b, transpose_b)
     }
 
-    fn matmul_dynamic_batched(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Vec<Masked>, EngineError> {
+    fn matmul_dynamic_batched(
+        &self,
+        pairs: &[(&Masked, &Masked)],
+        transpose_b: bool,
+    ) -> Result<Vec<Masked>, EngineError> {
         (**self).matmul_dynamic_batched(pairs, transpose_b)
     }
 

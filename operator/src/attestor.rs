@@ -156,7 +156,12 @@ impl PodAttestor for RaTlsAttestor {
                 channel.challenge().await
             };
             let verified = match tokio::time::timeout(self.timeout, round).await {
-                Err(_) => return Err(Rejection::new("timeout", format!("no verdict from {target} within {:?}", self.timeout))),
+                Err(_) => {
+                    return Err(Rejection::new(
+                        "timeout",
+                        format!("no verdict from {target} within {:?}", self.timeout),
+                    ));
+                }
                 Ok(Err(e)) => return Err(Rejection::from_attest(&e)),
                 Ok(Ok(v)) => v,
             };

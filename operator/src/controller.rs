@@ -26,20 +26,18 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Resource, ResourceExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::Client;
 use serde::Serialize;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::attestor::{Expected, PodAttestor, PodEndpoint, Rejection, VerifiedEndpoint};
-use crate::crd::{
-    Component, ComponentStatus, Condition, EndpointStatus, PrivateRAGPipeline, PrivateRAGPipelineStatus,
-};
+use crate::crd::{Component, ComponentStatus, Condition, EndpointStatus, PrivateRAGPipeline, PrivateRAGPipelineStatus};
 use crate::metrics::Metrics;
 use crate::resources::{self, ATTESTED_LABEL, GRPC_PORT, GRPC_PORT_NAME, MANAGER, Names, Owner, PIPELINE_LABEL};
 use crate::routes::RoutingTable;
@@ -79,7 +77,12 @@ struct Conflict {
 }
 
 impl Context {
-    pub fn new(client: Client, metrics: Arc<Metrics>, attestor: Arc<dyn PodAttestor>, instance: Option<String>) -> Self {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        attestor: Arc<dyn PodAttestor>,
+        instance: Option<String>,
+    ) -> Self {
         let reporter = Reporter { controller: MANAGER.into(), instance };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
@@ -192,8 +195,17 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
             let message = problems.join("; ");
             warn!(%message, "invalid spec");
             publish(ctx, p, EventType::Warning, "InvalidSpec", "Validate", message.clone(), None).await;
-            apply_object(ctx, &ns, &resources::routes_configmap(&owner, RoutingTable::empty(&owner.name, &ns, generation).to_json(), "{}".into()), Fields::Force)
-                .await?;
+            apply_object(
+                ctx,
+                &ns,
+                &resources::routes_configmap(
+                    &owner,
+                    RoutingTable::empty(&owner.name, &ns, generation).to_json(),
+                    "{}".into(),
+                ),
+                Fields::Force,
+            )
+            .await?;
             gate_pods(ctx, &ns, &owner.name, &[]).await?;
             let status = status_invalid(p, &previous, &message);
             patch_status(ctx, p, &previous, status).await?;
@@ -249,7 +261,8 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
         Ok(policy) => attest_all(ctx, &rounds, policy).await,
         Err(msg) => {
             let r = Rejection::new("trusted_root_unavailable", msg.clone());
-            let rejected: Vec<_> = rounds.iter().flat_map(|r| r.ready.iter().cloned()).map(|e| (e, r.clone())).collect();
+            let rejected: Vec<_> =
+                rounds.iter().flat_map(|r| r.ready.iter().cloned()).map(|e| (e, r.clone())).collect();
             (Vec::new(), rejected)
         }
     };
@@ -269,7 +282,9 @@ async fn apply(p: &PrivateRAGPipeline, ctx: &Context) -> Result<Action> {
     // 5. Routes and status.
     let table = RoutingTable::from_verified(&owner.name, &ns, generation, &verified);
     let policy_json = match &policy {
-        Ok(pol) => serde_json::to_string_pretty(pol.as_ref()).map_err(|source| Error::Serialize { what: "policy", source })?,
+        Ok(pol) => {
+            serde_json::to_string_pretty(pol.as_ref()).map_err(|source| Error::Serialize { what: "policy", source })?
+        }
         Err(_) => "{}".into(),
     };
     apply_object(ctx, &ns, &resources::routes_configmap(&owner, table.to_json(), policy_json), Fields::Force).await?;
@@ -344,8 +359,14 @@ where
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let what = format!("{} {name}", K::kind(&()));
             warn!(object = %what, conflict = %e.message, "field conflict: left as it is");
-            let pipeline = obj.meta().labels.as_ref().and_then(|l| l.get(resources::PIPELINE_LABEL)).cloned().unwrap_or_default();
-            ctx.conflicts.lock().expect("conflicts").push(Conflict { ns: ns.to_string(), pipeline, what, message: e.message });
+            let pipeline =
+                obj.meta().labels.as_ref().and_then(|l| l.get(resources::PIPELINE_LABEL)).cloned().unwrap_or_default();
+            ctx.conflicts.lock().expect("conflicts").push(Conflict {
+                ns: ns.to_string(),
+                pipeline,
+                what,
+                message: e.message,
+            });
             api.get(&name).await.map_err(Error::Kube)
         }
         applied => applied.map_err(Error::Kube),
@@ -362,7 +383,8 @@ async fn report_conflicts(ctx: &Context, p: &PrivateRAGPipeline, ns: &str) {
         mine
     };
     for c in mine {
-        let note = format!("{}: another field manager owns a field the operator sets; left as it is: {}", c.what, c.message);
+        let note =
+            format!("{}: another field manager owns a field the operator sets; left as it is: {}", c.what, c.message);
         publish(ctx, p, EventType::Warning, "FieldConflict", "Apply", note, None).await;
     }
 }
@@ -607,7 +629,14 @@ fn now() -> String {
 }
 
 /// A condition, keeping the previous transition time when the status did not change.
-fn condition(previous: &PrivateRAGPipelineStatus, type_: &str, ok: bool, reason: &str, message: String, generation: i64) -> Condition {
+fn condition(
+    previous: &PrivateRAGPipelineStatus,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: i64,
+) -> Condition {
     let status = if ok { "True" } else { "False" }.to_string();
     let last_transition_time = previous
         .conditions
@@ -629,7 +658,11 @@ fn condition_true(status: &PrivateRAGPipelineStatus, type_: &str) -> bool {
     status.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
 }
 
-fn status_invalid(p: &PrivateRAGPipeline, previous: &PrivateRAGPipelineStatus, message: &str) -> PrivateRAGPipelineStatus {
+fn status_invalid(
+    p: &PrivateRAGPipeline,
+    previous: &PrivateRAGPipelineStatus,
+    message: &str,
+) -> PrivateRAGPipelineStatus {
     let g = p.metadata.generation.unwrap_or(0);
     let desired: i32 = p.spec.components().map(|v| v.replicas.max(0)).sum();
     PrivateRAGPipelineStatus {
@@ -693,12 +726,26 @@ fn status_from_round(
         .collect();
 
     // ModelsReady: every component's pinned revision is on its volume and served.
-    let failed: Vec<String> = rounds.iter().filter_map(|r| match &r.fetch { Fetch::Failed(m) => Some(format!("{}: {m}", r.component)), _ => None }).collect();
-    let fetching: Vec<&str> = rounds.iter().filter(|r| r.fetch == Fetch::Running).map(|r| r.component.as_str()).collect();
+    let failed: Vec<String> = rounds
+        .iter()
+        .filter_map(|r| match &r.fetch {
+            Fetch::Failed(m) => Some(format!("{}: {m}", r.component)),
+            _ => None,
+        })
+        .collect();
+    let fetching: Vec<&str> =
+        rounds.iter().filter(|r| r.fetch == Fetch::Running).map(|r| r.component.as_str()).collect();
     let models = if !failed.is_empty() {
         condition(previous, "ModelsReady", false, "FetchFailed", failed.join("; "), g)
     } else if !fetching.is_empty() {
-        condition(previous, "ModelsReady", false, "Fetching", format!("fetching pinned revisions: {}", fetching.join(", ")), g)
+        condition(
+            previous,
+            "ModelsReady",
+            false,
+            "Fetching",
+            format!("fetching pinned revisions: {}", fetching.join(", ")),
+            g,
+        )
     } else {
         condition(previous, "ModelsReady", true, "Fetched", "every pinned model is fetched and checked".into(), g)
     };
@@ -711,7 +758,14 @@ fn status_from_round(
         let list = rejected.iter().map(|(e, r)| format!("{} ({})", e.pod, r.reason)).collect::<Vec<_>>().join(", ");
         condition(previous, "Attested", false, "EvidenceRejected", format!("excluded from routing: {list}"), g)
     } else if !without.is_empty() {
-        condition(previous, "Attested", false, "NoVerifiedPods", format!("no verified pod yet: {}", without.join(", ")), g)
+        condition(
+            previous,
+            "Attested",
+            false,
+            "NoVerifiedPods",
+            format!("no verified pod yet: {}", without.join(", ")),
+            g,
+        )
     } else {
         condition(previous, "Attested", true, "Verified", format!("{} pods verified", verified.len()), g)
     };

@@ -30,9 +30,18 @@ pub const GROUP: &str = "gelo.dev";
     derive = "PartialEq",
     doc = "A private RAG pipeline: embedder, reranker, generator and gateway in attested confidential VMs, routed only after their evidence is verified.",
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Models", type_ = "string", json_path = ".status.conditions[?(@.type==\"ModelsReady\")].status"),
+    printcolumn(
+        name = "Models",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"ModelsReady\")].status"
+    ),
     printcolumn(name = "Attested", type_ = "string", json_path = ".status.conditions[?(@.type==\"Attested\")].status"),
-    printcolumn(name = "Verified", type_ = "string", json_path = ".status.verified", description = "verified pods / desired pods"),
+    printcolumn(
+        name = "Verified",
+        type_ = "string",
+        json_path = ".status.verified",
+        description = "verified pods / desired pods"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

@@ -37,7 +37,16 @@ fn hub(repo: &str, id: &str) -> ModelSource {
 }
 
 fn component(model: ModelSource) -> ComponentSpec {
-    ComponentSpec { model, replicas: 1, engine: Engine::Cpu, protection: Default::default(), verify_probes: 2, gpu: None, runtime_class_name: None, resources: None }
+    ComponentSpec {
+        model,
+        replicas: 1,
+        engine: Engine::Cpu,
+        protection: Default::default(),
+        verify_probes: 2,
+        gpu: None,
+        runtime_class_name: None,
+        resources: None,
+    }
 }
 
 impl PrivateRAGPipelineSpec {
@@ -58,7 +67,10 @@ impl PrivateRAGPipelineSpec {
             gateway: GatewaySpec {
                 model: ModelSource {
                     hub: None,
-                    volume: Some(VolumeSource { claim_name: "gelo-tokenizers".into(), sub_path: Some("minilm".into()) }),
+                    volume: Some(VolumeSource {
+                        claim_name: "gelo-tokenizers".into(),
+                        sub_path: Some("minilm".into()),
+                    }),
                     model_identity: Some(GATEWAY_IDENTITY.into()),
                 },
                 replicas: 1,

@@ -58,9 +58,8 @@ impl Error {
                 kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => {
                     e.metric_label()
                 }
-                kube::runtime::finalizer::Error::AddFinalizer(_) | kube::runtime::finalizer::Error::RemoveFinalizer(_) => {
-                    "finalizer_patch"
-                }
+                kube::runtime::finalizer::Error::AddFinalizer(_)
+                | kube::runtime::finalizer::Error::RemoveFinalizer(_) => "finalizer_patch",
                 _ => "finalizer",
             },
             Self::Serialize { .. } | Self::Yaml(_) => "serialize",

@@ -87,7 +87,11 @@ fn hub_endpoint(s: &str) -> std::result::Result<String, String> {
         return Ok(String::new());
     }
     match s.strip_prefix("https://").or_else(|| s.strip_prefix("http://")) {
-        Some(r) if !r.is_empty() && !r.starts_with('/') && !r.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') => {
+        Some(r)
+            if !r.is_empty()
+                && !r.starts_with('/')
+                && !r.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') =>
+        {
             Ok(s.to_string())
         }
         _ => Err(format!("`{s}` is not an http(s) URL of a hub (e.g. https://hub.internal)")),
@@ -116,8 +120,8 @@ fn main() -> std::process::ExitCode {
 fn manifests(path: &Option<PathBuf>, namespace: &str) -> Result<()> {
     let mut p: PrivateRAGPipeline = match path {
         Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
             serde_yaml::from_str(&text)?
         }
         None => PrivateRAGPipeline::test(),
@@ -155,7 +159,11 @@ async fn run(args: RunArgs) -> Result<()> {
                 let m = m.clone();
                 async move {
                     match m.render() {
-                        Ok(text) => (StatusCode::OK, [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], text),
+                        Ok(text) => (
+                            StatusCode::OK,
+                            [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                            text,
+                        ),
                         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [("content-type", "text/plain")], e.to_string()),
                     }
                 }
@@ -232,7 +240,8 @@ async fn run(args: RunArgs) -> Result<()> {
     if let Some(e) = &hub_endpoint {
         info!(endpoint = %e, "models are fetched from a hub mirror");
     }
-    let config = RunConfig { namespace, instance: Some(identity), allow_mock_roots: args.allow_mock_roots, hub_endpoint };
+    let config =
+        RunConfig { namespace, instance: Some(identity), allow_mock_roots: args.allow_mock_roots, hub_endpoint };
     controller::run(client, config, metrics.clone(), attestor, shutdown).await;
     metrics.leader.set(0);
 

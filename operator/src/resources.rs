@@ -17,10 +17,9 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy,
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext,
-    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
-    Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -228,10 +227,7 @@ pub fn fetch_job(
                     automount_service_account_token: Some(false),
                     security_context: Some(pod_security()),
                     containers: vec![container],
-                    volumes: Some(vec![
-                        pvc_volume("models", &owner.names().models_pvc(c), false),
-                        empty_dir("tmp"),
-                    ]),
+                    volumes: Some(vec![pvc_volume("models", &owner.names().models_pvc(c), false), empty_dir("tmp")]),
                     ..Default::default()
                 }),
             },
@@ -493,7 +489,11 @@ pub fn gateway_role_binding(owner: &Owner) -> RoleBinding {
     let name = owner.names().gateway_account();
     RoleBinding {
         metadata: owner.meta(name.clone(), Some(Component::Gateway)),
-        role_ref: RoleRef { api_group: Some("rbac.authorization.k8s.io".into()), kind: "Role".into(), name: name.clone() },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: name.clone(),
+        },
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".into(),
             name,

@@ -10,7 +10,8 @@ pub enum LogFormat {
 }
 
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     // `try_init`: a second call (tests) keeps the first subscriber instead of failing.
     let _ = match format {

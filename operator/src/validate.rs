@@ -110,10 +110,8 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
                     ok = false;
                 }
                 if !is_lower_hex(&hub.revision, 40) {
-                    problems.push(format!(
-                        "{field}.hub.revision must be a full 40-hex commit id, got {:?}",
-                        hub.revision
-                    ));
+                    problems
+                        .push(format!("{field}.hub.revision must be a full 40-hex commit id, got {:?}", hub.revision));
                     ok = false;
                 }
                 ok.then(|| PinnedSource::Hub { repo: hub.repo.clone(), revision: hub.revision.clone() })
@@ -122,7 +120,8 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
                 if vol.claim_name.trim().is_empty() {
                     problems.push(format!("{field}.volume.claimName is empty"));
                     None
-                } else if vol.sub_path.as_deref().is_some_and(|p| p.starts_with('/') || p.split('/').any(|s| s == "..")) {
+                } else if vol.sub_path.as_deref().is_some_and(|p| p.starts_with('/') || p.split('/').any(|s| s == ".."))
+                {
                     problems.push(format!("{field}.volume.subPath must be relative without '..'"));
                     None
                 } else {
@@ -177,7 +176,9 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
             (None, Some(s)) if !s.name.trim().is_empty() && !s.key.trim().is_empty() => {
                 roots.push(RootRef::MockSecret(s.clone()))
             }
-            (None, Some(_)) => problems.push(format!("attestation.trustedRoots[{i}].mockSecretRef needs a name and a key")),
+            (None, Some(_)) => {
+                problems.push(format!("attestation.trustedRoots[{i}].mockSecretRef needs a name and a key"))
+            }
             _ => problems.push(format!(
                 "attestation.trustedRoots[{i}] is not a known root: set exactly one of amd and mockSecretRef"
             )),

@@ -48,7 +48,9 @@ struct FakePod {
 async fn fake_pod(name: &str, component: Component, model_identity: [u8; 32]) -> FakePod {
     let claims = ServiceClaims {
         model_identity,
-        scheme_json: format!(r#"{{"role":"{component}","protocol":{{"executor":"sealed"}},"mask":"haar","shield":{{"k":8}}}}"#),
+        scheme_json: format!(
+            r#"{{"role":"{component}","protocol":{{"executor":"sealed"}},"mask":"haar","shield":{{"k":8}}}}"#
+        ),
         role: component.as_str().into(),
     };
     let identity = Arc::new(ServerIdentity::generate(Arc::new(MockIssuer::new(pki())), claims).expect("identity"));
@@ -131,7 +133,9 @@ async fn the_binary_reconciles_a_pipeline_to_ready_and_excludes_a_wrong_model() 
     for job in jobs.expect("three fetch jobs") {
         complete_job(&api, NS, &job);
     }
-    api.wait_for(Duration::from_secs(30), |a| (a.list(DEPLOYMENTS).len() == 4).then_some(())).await.expect("four deployments");
+    api.wait_for(Duration::from_secs(30), |a| (a.list(DEPLOYMENTS).len() == 4).then_some(()))
+        .await
+        .expect("four deployments");
     for pod in &pods {
         api.insert(ready_pod(NS, "demo", pod.component, &pod.name, "127.0.0.1", pod.port));
     }
@@ -179,7 +183,10 @@ async fn the_binary_reconciles_a_pipeline_to_ready_and_excludes_a_wrong_model() 
     let events = api.list(EVENTS);
     let event = events
         .iter()
-        .find(|e| e["reason"] == json!("ModelIdentityMismatch") && e.pointer("/related/name") == Some(&json!("demo-embedder-rogue")))
+        .find(|e| {
+            e["reason"] == json!("ModelIdentityMismatch")
+                && e.pointer("/related/name") == Some(&json!("demo-embedder-rogue"))
+        })
         .unwrap_or_else(|| panic!("no rejection event: {events:#?}"));
     assert_eq!(event["type"], json!("Warning"));
     let status = p.status.as_ref().expect("status");
@@ -218,7 +225,9 @@ async fn the_binary_reconciles_a_pipeline_to_ready_and_excludes_a_wrong_model() 
 async fn http_get(port: u16, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect metrics");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await.expect("write");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
     let mut out = String::new();
     s.read_to_string(&mut out).await.expect("read");
     out

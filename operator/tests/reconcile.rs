@@ -88,7 +88,9 @@ impl World {
 
 fn owned_by(obj: &Value, uid: &str) -> bool {
     obj.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
-        refs.iter().any(|r| r["uid"] == json!(uid) && r["controller"] == json!(true) && r["kind"] == json!("PrivateRAGPipeline"))
+        refs.iter().any(|r| {
+            r["uid"] == json!(uid) && r["controller"] == json!(true) && r["kind"] == json!("PrivateRAGPipeline")
+        })
     })
 }
 
@@ -119,7 +121,11 @@ async fn every_owned_object_is_created_with_an_owner_reference() {
     jobs.sort();
     assert_eq!(
         jobs,
-        [format!("demo-embedder-fetch-{rev12}"), format!("demo-generator-fetch-{rev12}"), format!("demo-reranker-fetch-{rev12}")]
+        [
+            format!("demo-embedder-fetch-{rev12}"),
+            format!("demo-generator-fetch-{rev12}"),
+            format!("demo-reranker-fetch-{rev12}")
+        ]
     );
     assert_eq!(w.api.names(DEPLOYMENTS), ["demo-gateway"]);
     let fetching = w.pipeline();
@@ -128,13 +134,26 @@ async fn every_owned_object_is_created_with_an_owner_reference() {
 
     // The fetch Job runs exactly the command the `gelo` binary implements.
     let job = w.api.get(JOBS, NS, &format!("demo-embedder-fetch-{rev12}")).expect("job");
-    let args: Vec<&str> =
-        job.pointer("/spec/template/spec/containers/0/args").and_then(Value::as_array).expect("args").iter().filter_map(Value::as_str).collect();
+    let args: Vec<&str> = job
+        .pointer("/spec/template/spec/containers/0/args")
+        .and_then(Value::as_array)
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
     assert_eq!(
         args,
         [
-            "model", "fetch", "--repo", "sentence-transformers/all-MiniLM-L6-v2", "--revision", REVISION, "--out",
-            "/models/embedder", "--expect-identity", fixtures::EMBEDDER_IDENTITY
+            "model",
+            "fetch",
+            "--repo",
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "--revision",
+            REVISION,
+            "--out",
+            "/models/embedder",
+            "--expect-identity",
+            fixtures::EMBEDDER_IDENTITY
         ]
     );
 
@@ -156,7 +175,9 @@ async fn every_owned_object_is_created_with_an_owner_reference() {
     }
 
     // Every object we created names the pipeline as its controlling owner.
-    for resource in [PVCS, JOBS, DEPLOYMENTS, SERVICES, CONFIGMAPS, "core/v1/serviceaccounts", "rbac.authorization.k8s.io/v1/roles"] {
+    for resource in
+        [PVCS, JOBS, DEPLOYMENTS, SERVICES, CONFIGMAPS, "core/v1/serviceaccounts", "rbac.authorization.k8s.io/v1/roles"]
+    {
         for obj in w.api.list(resource) {
             assert!(owned_by(&obj, &uid), "{resource} {} has no owner reference", obj["metadata"]["name"]);
         }
@@ -190,7 +211,12 @@ async fn every_owned_object_is_created_with_an_owner_reference() {
     // Every write of an owned object was a server-side apply by our field manager, forced
     // only for the routing table (another manager's field elsewhere is reported, not taken;
     // e2e/apiserver shows it against a real API server).
-    let applies: Vec<_> = w.api.requests().into_iter().filter(|r| r.method == "PATCH" && !r.path.ends_with("/status") && !r.path.contains("/pods/")).collect();
+    let applies: Vec<_> = w
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && !r.path.ends_with("/status") && !r.path.contains("/pods/"))
+        .collect();
     assert!(!applies.is_empty());
     for r in applies.iter().filter(|r| !r.path.contains("privateragpipelines")) {
         assert!(r.content_type.starts_with("application/apply-patch"), "{} {}", r.path, r.content_type);
@@ -217,7 +243,10 @@ async fn status_is_applied_and_reports_ready_when_every_component_is_verified() 
     assert_eq!(status.verified.as_deref(), Some("4/4"));
     for c in &status.components {
         assert_eq!((c.desired, c.ready, c.verified), (1, 1, 1), "{}", c.name);
-        assert_eq!(c.model_identity.as_deref(), Some(fixtures::identity(Component::parse(&c.name).expect("component"))));
+        assert_eq!(
+            c.model_identity.as_deref(),
+            Some(fixtures::identity(Component::parse(&c.name).expect("component")))
+        );
     }
     assert_eq!(status.verified_endpoints.len(), 4);
     let status_patch = w.api.requests().into_iter().rfind(|r| r.path.ends_with("/status")).expect("status write");
@@ -242,10 +271,7 @@ async fn status_is_applied_and_reports_ready_when_every_component_is_verified() 
     // A second pass with nothing changed writes no status and no routes.
     w.api.clear_requests();
     w.reconcile().await;
-    assert!(
-        !w.api.requests().iter().any(|r| r.path.ends_with("/status")),
-        "unchanged status must not be re-applied"
-    );
+    assert!(!w.api.requests().iter().any(|r| r.path.ends_with("/status")), "unchanged status must not be re-applied");
 }
 
 #[tokio::test]
@@ -254,7 +280,8 @@ async fn a_pod_whose_evidence_fails_is_excluded_and_an_event_names_why() {
     w.deployed().await;
     w.honest_pods();
     w.api.insert(ready_pod(NS, NAME, Component::Embedder, "demo-embedder-1", "10.0.0.99", 50051));
-    w.attestor.set("demo-embedder-1", Script::Presents { model_identity: fixtures::identity_bytes(Component::Embedder) });
+    w.attestor
+        .set("demo-embedder-1", Script::Presents { model_identity: fixtures::identity_bytes(Component::Embedder) });
     w.reconcile().await;
     assert_eq!(w.routes().components["embedder"].len(), 2);
 
@@ -287,7 +314,8 @@ async fn a_pod_whose_evidence_fails_is_excluded_and_an_event_names_why() {
     assert!(attested.message.contains("demo-embedder-1 (measurement_not_allowed)"), "{}", attested.message);
     // Still Ready: every component keeps a verified route; the bad pod is just not one.
     assert_eq!(condition(&p, "Ready").map(|c| c.status.as_str()), Some("True"));
-    let embedder = p.status.as_ref().expect("status").components.iter().find(|c| c.name == "embedder").cloned().expect("embedder");
+    let embedder =
+        p.status.as_ref().expect("status").components.iter().find(|c| c.name == "embedder").cloned().expect("embedder");
     assert_eq!((embedder.ready, embedder.verified), (2, 1));
     assert_eq!(w.metrics.attestation_count("embedder", "rejected", "measurement_not_allowed"), 1);
 }
@@ -313,7 +341,10 @@ async fn a_model_revision_change_rolls_the_component_once_fetched() {
     let new_job = format!("demo-embedder-fetch-{}", &NEW_REV[..12]);
     assert!(w.api.get(JOBS, NS, &new_job).is_some());
     let d = w.api.get(DEPLOYMENTS, NS, "demo-embedder").expect("deployment");
-    assert_eq!(d.pointer(&format!("/spec/template/metadata/annotations/{}", REVISION_ANNOTATION.replace('/', "~1"))), Some(&json!(REVISION)));
+    assert_eq!(
+        d.pointer(&format!("/spec/template/metadata/annotations/{}", REVISION_ANNOTATION.replace('/', "~1"))),
+        Some(&json!(REVISION))
+    );
     assert_eq!(w.routes().components["embedder"].len(), 1);
     let p = w.pipeline();
     assert_eq!(condition(&p, "ModelsReady").map(|c| c.reason.as_str()), Some("Fetching"));
@@ -392,11 +423,9 @@ async fn an_invalid_spec_reports_a_condition_instead_of_failing() {
 
 #[tokio::test]
 async fn an_unreadable_mock_root_rejects_every_pod_with_a_condition() {
-    let w = World::new(
-        PrivateRAGPipeline::test()
-            .finalized()
-            .with_spec(|s| s.attestation.trusted_roots[0].mock_secret_ref.as_mut().map(|r| r.name = "absent".into()).unwrap_or(())),
-    )
+    let w = World::new(PrivateRAGPipeline::test().finalized().with_spec(|s| {
+        s.attestation.trusted_roots[0].mock_secret_ref.as_mut().map(|r| r.name = "absent".into()).unwrap_or(())
+    }))
     .await;
     w.deployed().await;
     w.honest_pods();
@@ -426,7 +455,8 @@ async fn deletion_removes_the_routing_table_then_the_finalizer() {
 
     let requests = w.api.requests();
     let cm_delete = requests.iter().position(|r| r.method == "DELETE" && r.path.ends_with("/configmaps/demo-routes"));
-    let finalizer_patch = requests.iter().position(|r| r.method == "PATCH" && r.path.ends_with("/privateragpipelines/demo"));
+    let finalizer_patch =
+        requests.iter().position(|r| r.method == "PATCH" && r.path.ends_with("/privateragpipelines/demo"));
     let (Some(a), Some(b)) = (cm_delete, finalizer_patch) else { panic!("expected both writes: {requests:?}") };
     assert!(a < b, "routes go before the finalizer is released");
     assert!(w.api.get(PIPELINES, NS, NAME).is_none(), "the pipeline is gone");

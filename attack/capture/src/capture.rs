@@ -19,29 +19,28 @@ use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicUsize, Ordering},
         Arc,
+        atomic::{AtomicUsize, Ordering},
     },
 };
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use kernels::{
-    capture::{Captured, CapturingEngine, OpKind},
     CpuEngine, Engine, EngineError, EngineInfo, Masked, Matrix, Registered, Weight, WeightId,
+    capture::{Captured, CapturingEngine, OpKind},
 };
 use models::{
+    LoadOptions, TextGenerator,
     bert::{Bert, BertConfig, Encoded},
     tensors::Tensors,
     tokenizer::TextTokenizer,
-    LoadOptions, TextGenerator,
 };
 use serde::Serialize;
 use serde_json::json;
 
 use crate::{
-    npy,
+    Condition, npy,
     record::{Recorder, Truth},
-    Condition,
 };
 
 /// What to capture.
@@ -137,7 +136,15 @@ struct Buffer {
 }
 
 impl Buffer {
-    fn append(&mut self, cond: Condition, pass: usize, u: &Matrix, h: &Matrix, blocks: &[usize], seqs: &[SeqInfo]) -> Result<()> {
+    fn append(
+        &mut self,
+        cond: Condition,
+        pass: usize,
+        u: &Matrix,
+        h: &Matrix,
+        blocks: &[usize],
+        seqs: &[SeqInfo],
+    ) -> Result<()> {
         ensure!(blocks.len() == seqs.len(), "pass has {} blocks, driver described {}", blocks.len(), seqs.len());
         ensure!(u.cols() == h.cols(), "operand is {:?}, input {:?}", u.shape(), h.shape());
         if self.d == 0 {
@@ -149,7 +156,11 @@ impl Buffer {
         }
         let masked = cond.mask_blocks(blocks);
         let orders: Vec<usize> = masked.iter().map(|&n| cond.order(n)).collect();
-        ensure!(orders.iter().sum::<usize>() == u.rows(), "engine saw {} rows, blocks {masked:?} give {orders:?}", u.rows());
+        ensure!(
+            orders.iter().sum::<usize>() == u.rows(),
+            "engine saw {} rows, blocks {masked:?} give {orders:?}",
+            u.rows()
+        );
         ensure!(blocks.iter().sum::<usize>() == h.rows(), "input has {} rows for blocks {blocks:?}", h.rows());
         let (mut u0, mut h0) = (self.u_rows, self.h_rows);
         // One record per mask block; a shared decode block (several sequences) carries its

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use kernels::Engine;
 use protocol::{
-    mask::{self, Family},
     DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection, ShieldConfig,
+    mask::{self, Family},
 };
 use serde::Serialize;
 

@@ -12,5 +12,5 @@ pub mod condition;
 pub mod npy;
 pub mod record;
 
-pub use capture::{capture, Options, Prompt, Site, Watched};
+pub use capture::{Options, Prompt, Site, Watched, capture};
 pub use condition::Condition;

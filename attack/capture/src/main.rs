@@ -2,7 +2,7 @@
 
 use std::{io::BufRead, path::PathBuf, time::Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use attack::{Condition, Options, Prompt};
 use clap::{Parser, Subcommand};
 
@@ -61,7 +61,8 @@ fn read_prompts(path: &PathBuf) -> Result<Vec<Prompt>> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("{}:{}", path.display(), i + 1))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("{}:{}", path.display(), i + 1))?;
         let Some(text) = v.get("text").and_then(|t| t.as_str()) else {
             bail!("{}:{}: no `text` field", path.display(), i + 1);
         };

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 
 use protocol::{
-    attention::{Causal, Head},
     Executor, IntegrityStatus, Matrix, Pass, ProtocolError, Scheme, Weight, WeightId,
+    attention::{Causal, Head},
 };
 
 /// One `linear_many` call as the model made it.

@@ -8,8 +8,8 @@
 use std::sync::{Arc, Mutex};
 
 use kernels::{
-    capture::CapturingEngine, CpuEngine, Engine, EngineError, EngineInfo, Masked, Matrix, Registered, Weight,
-    WeightId, WeightLayout,
+    CpuEngine, Engine, EngineError, EngineInfo, Masked, Matrix, Registered, Weight, WeightId, WeightLayout,
+    capture::CapturingEngine,
 };
 use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, ProtocolError, ShieldConfig, UVerifyConfig};
 use rand::{RngExt, SeedableRng};

@@ -8,7 +8,7 @@ use std::{path::PathBuf, sync::Arc};
 
 use attack::Watched;
 use kernels::{CpuEngine, Engine};
-use models::{load_embedder, load_generator, GenerateRequest, Prompt};
+use models::{GenerateRequest, Prompt, load_embedder, load_generator};
 use protocol::{Executor, MaskedConfig, PlaintextExecutor, Protection};
 
 fn model(name: &str) -> PathBuf {
@@ -47,7 +47,8 @@ fn minilm_embedding_under_the_default_reaches_no_engine() {
     let sealed = load_embedder(&model("all-minilm-l6-v2"), exec, &Default::default()).unwrap().embed(&texts).unwrap();
     assert_blind(&engine, "MiniLM");
     let plain = PlaintextExecutor::new(Arc::new(CpuEngine::new()));
-    let want = load_embedder(&model("all-minilm-l6-v2"), Arc::new(plain), &Default::default()).unwrap().embed(&texts).unwrap();
+    let want =
+        load_embedder(&model("all-minilm-l6-v2"), Arc::new(plain), &Default::default()).unwrap().embed(&texts).unwrap();
     for (a, b) in sealed.iter().zip(&want) {
         let err = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
         assert!(err < 1e-5, "sealed embedding differs from plaintext by {err}");
@@ -63,5 +64,9 @@ fn smollm2_prefill_decode_and_lm_head_under_the_default_reach_no_engine() {
     assert_blind(&engine, "SmolLM2");
     let plain = PlaintextExecutor::new(Arc::new(CpuEngine::new()));
     let want = load_generator(&model("smollm2-135m-instruct.gguf"), Arc::new(plain), &Default::default()).unwrap();
-    assert_eq!(sealed.tokens, want.generate(&req, |_| true).unwrap().tokens, "sealed greedy decode differs from plaintext");
+    assert_eq!(
+        sealed.tokens,
+        want.generate(&req, |_| true).unwrap().tokens,
+        "sealed greedy decode differs from plaintext"
+    );
 }

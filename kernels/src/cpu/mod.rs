@@ -9,9 +9,8 @@ use std::{
 use rayon::prelude::*;
 
 use crate::{
+    Engine, EngineError, EngineInfo, Masked, Matrix, Precision, Registered, Weight, WeightId, WeightLayout,
     engine::{check_operand, dynamic_shape},
-    Engine, EngineError, EngineInfo, Masked, Matrix, Precision, Registered, Weight, WeightId,
-    WeightLayout,
 };
 
 struct Stored {
@@ -59,12 +58,8 @@ impl Engine for CpuEngine {
         if table.contains_key(&id) {
             return Err(EngineError::DuplicateWeight(id));
         }
-        let stored = Stored {
-            d_in: weight.d_in,
-            d_out: weight.d_out,
-            layout: weight.layout,
-            data: weight.data.to_f32(),
-        };
+        let stored =
+            Stored { d_in: weight.d_in, d_out: weight.d_out, layout: weight.layout, data: weight.data.to_f32() };
         table.insert(id, Arc::new(stored));
         Ok(Registered { storage: Precision::F32 })
     }
@@ -96,27 +91,13 @@ impl Engine for CpuEngine {
                     WeightLayout::InOut => (w.d_out, 1),
                     WeightLayout::OutIn => (1, w.d_in),
                 };
-                sgemm(
-                    x.rows(),
-                    w.d_out,
-                    w.d_in,
-                    x.as_slice(),
-                    (x.cols(), 1),
-                    &w.data,
-                    (rs, cs),
-                    out.as_mut_slice(),
-                );
+                sgemm(x.rows(), w.d_out, w.d_in, x.as_slice(), (x.cols(), 1), &w.data, (rs, cs), out.as_mut_slice());
                 Masked::from_mixed(out)
             })
             .collect())
     }
 
-    fn matmul_dynamic(
-        &self,
-        a: &Masked,
-        b: &Masked,
-        transpose_b: bool,
-    ) -> Result<Masked, EngineError> {
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
         let (m, k, n) = dynamic_shape(a, b, transpose_b)?;
         let mut out = Matrix::zeros(m, n);
         let b_strides = if transpose_b { (1, k) } else { (n, 1) };
@@ -164,14 +145,11 @@ pub fn extend_parallel(dst: &mut Vec<f32>, src: &[f32]) {
     const PIECE: usize = 1 << 16;
     dst.reserve(src.len());
     let start = dst.len();
-    dst.spare_capacity_mut()[..src.len()]
-        .par_chunks_mut(PIECE)
-        .zip(src.par_chunks(PIECE))
-        .for_each(|(d, s)| {
-            d.iter_mut().zip(s).for_each(|(d, &v)| {
-                d.write(v);
-            })
-        });
+    dst.spare_capacity_mut()[..src.len()].par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| {
+        d.iter_mut().zip(s).for_each(|(d, &v)| {
+            d.write(v);
+        })
+    });
     // SAFETY: the loop above initialised the first `src.len()` elements of the spare
     // capacity, which `reserve` made at least that long.
     unsafe { dst.set_len(start + src.len()) };
@@ -446,11 +424,8 @@ fn sgemm_impl(
 
 /// `a · b` (or `a · bᵀ`) for plain matrices: the CPU's dense product, used TEE-side too.
 pub fn matmul(a: &Matrix, b: &Matrix, transpose_b: bool) -> Matrix {
-    let (k, n, bs) = if transpose_b {
-        (b.cols(), b.rows(), (1, b.cols()))
-    } else {
-        (b.rows(), b.cols(), (b.cols(), 1))
-    };
+    let (k, n, bs) =
+        if transpose_b { (b.cols(), b.rows(), (1, b.cols())) } else { (b.rows(), b.cols(), (b.cols(), 1)) };
     assert_eq!(a.cols(), k, "matmul inner dimensions differ");
     let mut c = Matrix::zeros(a.rows(), n);
     sgemm(a.rows(), n, k, a.as_slice(), (a.cols(), 1), b.as_slice(), bs, c.as_mut_slice());

@@ -25,9 +25,7 @@ fn matmul_matches_naive_for_both_layouts_and_odd_shapes() {
         let id_io = WeightId::new(format!("io{m}x{k}x{n}"));
         let id_oi = WeightId::new(format!("oi{m}x{k}x{n}"));
         engine.register(id_io.clone(), Weight::f32(k, n, WeightLayout::InOut, w.as_slice().to_vec())).unwrap();
-        engine
-            .register(id_oi.clone(), Weight::f32(k, n, WeightLayout::OutIn, w.transpose().into_vec()))
-            .unwrap();
+        engine.register(id_oi.clone(), Weight::f32(k, n, WeightLayout::OutIn, w.transpose().into_vec())).unwrap();
         let got = engine.matmul_many(&expose_plaintext(x.clone()), &[id_io, id_oi]).unwrap();
         for g in got {
             assert!(g.matrix().rel_err(&want) < 1e-6, "({m},{k},{n})");
@@ -56,8 +54,7 @@ fn dynamic_product_and_transpose() {
     let want = naive(&a, &b);
     let got = engine.matmul_dynamic(&expose_plaintext(a.clone()), &expose_plaintext(b.clone()), false).unwrap();
     assert!(got.matrix().rel_err(&want) < 1e-6);
-    let got_t =
-        engine.matmul_dynamic(&expose_plaintext(a), &expose_plaintext(b.transpose()), true).unwrap();
+    let got_t = engine.matmul_dynamic(&expose_plaintext(a), &expose_plaintext(b.transpose()), true).unwrap();
     assert!(got_t.matrix().rel_err(&want) < 1e-6);
 }
 

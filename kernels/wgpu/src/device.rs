@@ -37,8 +37,7 @@ impl Gpu {
         if want_coop && !coop {
             tracing::warn!(target: "gelo::engine", adapter = %summary, "tensor cores asked for, but the adapter offers no usable cooperative matrices");
         }
-        let coop_features =
-            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+        let coop_features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
         // Take every limit the adapter offers: weights need large storage bindings and the
         // big tiles need more than WebGPU's default 16 KiB of workgroup memory.
         let limits = adapter.limits();
@@ -46,11 +45,7 @@ impl Gpu {
             label: Some("gelo-engine"),
             // Timestamps only measure where time goes; nothing else is optional.
             required_features: (adapter.features() & wgpu::Features::TIMESTAMP_QUERY)
-                | if coop {
-                    coop_features
-                } else {
-                    wgpu::Features::empty()
-                },
+                | if coop { coop_features } else { wgpu::Features::empty() },
             required_limits: limits.clone(),
             experimental_features: if coop {
                 // SAFETY: wgpu marks cooperative matrices experimental. The kernels use only
@@ -63,9 +58,7 @@ impl Gpu {
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
-        .map_err(|e| {
-            EngineError::NoAdapter(format!("{summary}: the driver refused a device: {e}"))
-        })?;
+        .map_err(|e| EngineError::NoAdapter(format!("{summary}: the driver refused a device: {e}")))?;
 
         let lost: Arc<OnceLock<String>> = Arc::default();
         let flag = lost.clone();
@@ -79,15 +72,7 @@ impl Gpu {
             tracing::error!(target: "gelo::engine", error = %e, "uncaptured wgpu error");
         }));
         tracing::info!(target: "gelo::engine", adapter = %summary, memory_bytes, "Vulkan engine opened");
-        Ok(Gpu {
-            device,
-            queue,
-            adapter: summary,
-            limits,
-            memory_bytes,
-            coop,
-            lost,
-        })
+        Ok(Gpu { device, queue, adapter: summary, limits, memory_bytes, coop, lost })
     }
 
     /// `DeviceLost` once the device is gone, so callers stop before touching it.
@@ -178,10 +163,8 @@ impl Gpu {
                 std::hint::spin_loop();
             }
         }
-        let poll = self.device.poll(wgpu::PollType::Wait {
-            submission_index: Some(index),
-            timeout: Some(SUBMISSION_TIMEOUT),
-        });
+        let poll =
+            self.device.poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(SUBMISSION_TIMEOUT) });
         if let Err(e) = poll {
             let msg = format!("waiting for the GPU: {e}");
             if matches!(e, wgpu::PollError::Timeout) {
@@ -230,13 +213,7 @@ fn device_local_memory(adapter: &wgpu::Adapter) -> Option<u64> {
     let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
     let instance = hal.shared_instance().raw_instance();
     // SAFETY: the physical device belongs to this instance and outlives the call.
-    let props =
-        unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    let props = unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
     const DEVICE_LOCAL: u32 = 0x1; // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT
-    props
-        .memory_heaps_as_slice()
-        .iter()
-        .filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0)
-        .map(|h| h.size)
-        .max()
+    props.memory_heaps_as_slice().iter().filter(|h| h.flags.as_raw() & DEVICE_LOCAL != 0).map(|h| h.size).max()
 }

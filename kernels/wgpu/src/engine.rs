@@ -19,8 +19,7 @@ use std::{
 };
 
 use kernels::{
-    Engine, EngineError, EngineInfo, Masked, MaskedView, Matrix, Precision, Registered, Weight, WeightId,
-    WeightLayout,
+    Engine, EngineError, EngineInfo, Masked, MaskedView, Matrix, Precision, Registered, Weight, WeightId, WeightLayout,
     engine::{check_operand, dynamic_shape},
 };
 
@@ -28,8 +27,7 @@ use crate::{
     device::Gpu,
     select::{AdapterSpec, AdapterSummary},
     shaders::{
-        self, GemmKey, GemmParams, PARAMS_BYTES, REDUCE_THREADS, ReduceParams, SoftmaxParams,
-        TILES, Tile, WeightType,
+        self, GemmKey, GemmParams, PARAMS_BYTES, REDUCE_THREADS, ReduceParams, SoftmaxParams, TILES, Tile, WeightType,
     },
     weights::{self, GpuWeight},
 };
@@ -145,11 +143,7 @@ impl Plan {
     }
 
     pub fn name(&self) -> String {
-        if self.splits > 1 {
-            format!("{}·k/{}", self.tile.name(), self.splits)
-        } else {
-            self.tile.name()
-        }
+        if self.splits > 1 { format!("{}·k/{}", self.tile.name(), self.splits) } else { self.tile.name() }
     }
 }
 
@@ -342,37 +336,22 @@ impl WgpuEngine {
                 gpu.adapter
             )));
         }
-        let parallel =
-            cfg.parallel_workgroups
-                .map(f64::from)
-                .unwrap_or(match gpu.adapter.device_type {
-                    // About two resident workgroups per compute unit of a large discrete GPU.
-                    wgpu::DeviceType::DiscreteGpu => 256.0,
-                    wgpu::DeviceType::Cpu => std::thread::available_parallelism()
-                        .map(|n| n.get() as f64)
-                        .unwrap_or(4.0),
-                    _ => 64.0,
-                });
-        let autotune = cfg
-            .autotune
-            .unwrap_or(gpu.adapter.device_type != wgpu::DeviceType::Cpu);
+        let parallel = cfg.parallel_workgroups.map(f64::from).unwrap_or(match gpu.adapter.device_type {
+            // About two resident workgroups per compute unit of a large discrete GPU.
+            wgpu::DeviceType::DiscreteGpu => 256.0,
+            wgpu::DeviceType::Cpu => std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(4.0),
+            _ => 64.0,
+        });
+        let autotune = cfg.autotune.unwrap_or(gpu.adapter.device_type != wgpu::DeviceType::Cpu);
         let timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let spin_wait = cfg.spin_wait.unwrap_or(if gpu.adapter.device_type == wgpu::DeviceType::Cpu {
             Duration::ZERO
         } else {
             DEFAULT_SPIN_WAIT
         });
-        let softmax = gpu.scoped("compile", || {
-            compile(
-                device,
-                &pipeline_layout,
-                "softmax",
-                &shaders::softmax_wgsl(),
-            )
-        })?;
-        let reduce = gpu.scoped("compile", || {
-            compile(device, &pipeline_layout, "reduce", &shaders::reduce_wgsl())
-        })?;
+        let softmax =
+            gpu.scoped("compile", || compile(device, &pipeline_layout, "softmax", &shaders::softmax_wgsl()))?;
+        let reduce = gpu.scoped("compile", || compile(device, &pipeline_layout, "reduce", &shaders::reduce_wgsl()))?;
         Ok(WgpuEngine {
             gpu,
             cfg,
@@ -418,10 +397,7 @@ impl WgpuEngine {
     pub fn pin(&self, plan: Option<Plan>) -> Result<(), EngineError> {
         if let Some(p) = plan {
             if !self.tiles.contains(&p.tile) || !(1..=64).contains(&p.splits) {
-                return Err(EngineError::Backend(format!(
-                    "plan {} is not available on this device",
-                    p.name()
-                )));
+                return Err(EngineError::Backend(format!("plan {} is not available on this device", p.name())));
             }
         }
         *self.pinned.write().expect("plan lock poisoned") = plan;
@@ -453,13 +429,8 @@ impl WgpuEngine {
 
     /// Plans chosen by autotuning so far: `(rows class, n, k, plan)`.
     pub fn tuned_plans(&self) -> Vec<(usize, usize, usize, Plan)> {
-        let mut v: Vec<_> = self
-            .tuned
-            .read()
-            .expect("tune table poisoned")
-            .iter()
-            .map(|(k, t)| (k.rows, k.n, k.k, *t))
-            .collect();
+        let mut v: Vec<_> =
+            self.tuned.read().expect("tune table poisoned").iter().map(|(k, t)| (k.rows, k.n, k.k, *t)).collect();
         v.sort_by_key(|e| (e.1, e.2, e.0));
         v
     }
@@ -482,11 +453,7 @@ impl WgpuEngine {
             wtype: weights::wtype(storage),
             batch: 1,
         };
-        self.tuned
-            .read()
-            .expect("tune table poisoned")
-            .get(&key)
-            .copied()
+        self.tuned.read().expect("tune table poisoned").get(&key).copied()
     }
 
     /// The plan for one product: pinned, else tuned (running the trials through `trial` on
@@ -500,11 +467,7 @@ impl WgpuEngine {
         trial: impl Fn(Plan) -> Result<Job<'a>, EngineError>,
     ) -> Result<Plan, EngineError> {
         if let Some(p) = *self.pinned.read().expect("plan lock poisoned") {
-            let splits = if splittable && splits_evenly(key.k, p.splits) {
-                p.splits
-            } else {
-                1
-            };
+            let splits = if splittable && splits_evenly(key.k, p.splits) { p.splits } else { 1 };
             return Ok(Plan { splits, ..p });
         }
         if !self.autotune {
@@ -560,10 +523,7 @@ impl WgpuEngine {
             .map(|t| t.0)
             .unwrap_or_else(|| Plan::new(self.model_tile(m, key.n, key.batch)));
         tracing::debug!(target: "gelo::engine", ?key, plan = %plan.name(), "tuned");
-        self.tuned
-            .write()
-            .expect("tune table poisoned")
-            .insert(key, plan);
+        self.tuned.write().expect("tune table poisoned").insert(key, plan);
         Ok(plan)
     }
 
@@ -642,9 +602,8 @@ impl WgpuEngine {
         }
         let label = format!("gemm {} {:?} {:?}", key.tile.name(), key.layout, key.wtype);
         let src = shaders::gemm_wgsl(&key);
-        let p = Arc::new(self.gpu.scoped("compile", || {
-            compile(&self.gpu.device, &self.pipeline_layout, &label, &src)
-        })?);
+        let p =
+            Arc::new(self.gpu.scoped("compile", || compile(&self.gpu.device, &self.pipeline_layout, &label, &src))?);
         cache.insert(key, p.clone());
         Ok(p)
     }
@@ -690,11 +649,7 @@ impl WgpuEngine {
             });
             p.k = to_u32(job.op, ks)?;
             p.x_bs = p.k;
-            p.w_bs = if layout == WeightLayout::OutIn {
-                p.k
-            } else {
-                to_u32(job.op, ks * p.w_ld as usize)?
-            };
+            p.w_bs = if layout == WeightLayout::OutIn { p.k } else { to_u32(job.op, ks * p.w_ld as usize)? };
             p.o_off = to_u32(job.op, scratch)?;
             p.o_bs = to_u32(job.op, m * n)?;
         }
@@ -703,32 +658,20 @@ impl WgpuEngine {
         if groups.0 > max || groups.1 > max || groups.2 > max {
             return Err(EngineError::Shape {
                 op: job.op,
-                detail: format!(
-                    "{m}x{n} product (batch {batch}) needs more workgroups than a dispatch allows"
-                ),
+                detail: format!("{m}x{n} product (batch {batch}) needs more workgroups than a dispatch allows"),
             });
         }
-        let pipeline = self.pipeline(GemmKey {
-            tile,
-            layout,
-            wtype,
-        })?;
+        let pipeline = self.pipeline(GemmKey { tile, layout, wtype })?;
         job.params.extend_from_slice(bytemuck::bytes_of(&p));
-        job.params
-            .resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
-        job.dispatches.push(Dispatch {
-            pipeline,
-            w,
-            groups: (groups.0 as u32, groups.1 as u32, groups.2 as u32),
-        });
+        job.params.resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
+        job.dispatches.push(Dispatch { pipeline, w, groups: (groups.0 as u32, groups.1 as u32, groups.2 as u32) });
         if let Some(mut r) = reduce {
             let wgs = (m * n).div_ceil(REDUCE_THREADS as usize);
             let gx = wgs.min(max);
             let gy = wgs.div_ceil(gx);
             r.row = to_u32(job.op, gx * REDUCE_THREADS as usize)?;
             job.params.extend_from_slice(bytemuck::bytes_of(&r));
-            job.params
-                .resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
+            job.params.resize(job.params.len().next_multiple_of(PARAMS_BYTES as usize), 0);
             job.dispatches.push(Dispatch {
                 pipeline: self.reduce.clone(),
                 w: WSource::Input,
@@ -743,9 +686,7 @@ impl WgpuEngine {
         let reuse = {
             let mut idle = self.slots.lock().expect("slot pool poisoned");
             // Prefer a slot that is already large enough.
-            let pos = idle
-                .iter()
-                .position(|s| s.in_cap >= in_bytes && s.out_cap >= out_bytes);
+            let pos = idle.iter().position(|s| s.in_cap >= in_bytes && s.out_cap >= out_bytes);
             match pos {
                 Some(i) => Some(idle.swap_remove(i)),
                 None => idle.pop(),
@@ -771,12 +712,7 @@ impl WgpuEngine {
         let d = &self.gpu.device;
         self.gpu.scoped("allocate call buffers", || {
             let buf = |label, size, usage, mapped| {
-                d.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(label),
-                    size,
-                    usage,
-                    mapped_at_creation: mapped,
-                })
+                d.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: mapped })
             };
             use wgpu::BufferUsages as U;
             let queries = self.timestamps.then(|| {
@@ -785,19 +721,11 @@ impl WgpuEngine {
                     ty: wgpu::QueryType::Timestamp,
                     count: 2,
                 });
-                (
-                    set,
-                    buf("gelo-resolve", 256, U::QUERY_RESOLVE | U::COPY_SRC, false),
-                )
+                (set, buf("gelo-resolve", 256, U::QUERY_RESOLVE | U::COPY_SRC, false))
             });
             Slot {
                 up: buf("gelo-up", in_cap, U::MAP_WRITE | U::COPY_SRC, true),
-                input: buf(
-                    "gelo-input",
-                    in_cap,
-                    U::UNIFORM | U::STORAGE | U::COPY_DST,
-                    false,
-                ),
+                input: buf("gelo-input", in_cap, U::UNIFORM | U::STORAGE | U::COPY_DST, false),
                 in_cap,
                 output: buf("gelo-output", out_cap, U::STORAGE | U::COPY_SRC, false),
                 down: buf("gelo-down", out_cap + 256, U::MAP_READ | U::COPY_DST, false),
@@ -826,46 +754,30 @@ impl WgpuEngine {
             return g.clone();
         }
         let whole = |buffer, cap| {
-            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer,
-                offset: 0,
-                size: self.binding_size(cap),
-            })
+            wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 0, size: self.binding_size(cap) })
         };
         let w_res = match w {
             // The whole 16-byte words the buffer holds: kernels may view it as `vec4`s.
             WSource::Weight(w) => whole(&w.buffer, w.bytes.next_multiple_of(16)),
             WSource::Input => whole(&slot.input, slot.in_cap),
         };
-        let g = self
-            .gpu
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("gelo-call"),
-                layout: &self.layout,
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: &slot.input,
-                            offset: 0,
-                            size: NonZeroU64::new(PARAMS_BYTES),
-                        }),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: whole(&slot.input, slot.in_cap),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: w_res,
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 3,
-                        resource: whole(&slot.output, slot.out_cap),
-                    },
-                ],
-            });
+        let g = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("gelo-call"),
+            layout: &self.layout,
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &slot.input,
+                        offset: 0,
+                        size: NonZeroU64::new(PARAMS_BYTES),
+                    }),
+                },
+                wgpu::BindGroupEntry { binding: 1, resource: whole(&slot.input, slot.in_cap) },
+                wgpu::BindGroupEntry { binding: 2, resource: w_res },
+                wgpu::BindGroupEntry { binding: 3, resource: whole(&slot.output, slot.out_cap) },
+            ],
+        });
         // One group per weight a slot has served: a model's worth (Qwen3-1.7B: 197 weights)
         // stays cached; the earlier cap of 64 was below that, so a decode step recreated them.
         if slot.groups.len() >= MAX_SLOT_GROUPS {
@@ -925,10 +837,7 @@ impl WgpuEngine {
                 .up
                 .slice(..in_bytes)
                 .get_mapped_range_mut()
-                .map_err(|e| {
-                    self.gpu
-                        .classify(op, format!("upload buffer not mapped: {e}"))
-                })?;
+                .map_err(|e| self.gpu.classify(op, format!("upload buffer not mapped: {e}")))?;
             // Write-only view: the mapping may be write-combining memory, never read back.
             let mut at = 0;
             for s in &job.inputs {
@@ -936,33 +845,23 @@ impl WgpuEngine {
                 at += s.len() * 4;
             }
             let base = params_base as usize;
-            view.slice(base..base + job.params.len())
-                .copy_from_slice(&job.params);
+            view.slice(base..base + job.params.len()).copy_from_slice(&job.params);
         }
         slot.up.unmap();
 
         // 2. One command buffer: upload copy, all dispatches, read-back copy.
-        let groups: Vec<wgpu::BindGroup> = job
-            .dispatches
-            .iter()
-            .map(|d| self.bind_group(&mut slot, &d.w))
-            .collect();
+        let groups: Vec<wgpu::BindGroup> = job.dispatches.iter().map(|d| self.bind_group(&mut slot, &d.w)).collect();
         let ts_offset = out_bytes.next_multiple_of(8);
         let index = self.gpu.scoped(op, || {
-            let mut enc = self
-                .gpu
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+            let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
             enc.copy_buffer_to_buffer(&slot.up, 0, &slot.input, 0, in_bytes);
             {
                 let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some(op),
-                    timestamp_writes: slot.queries.as_ref().map(|(set, _)| {
-                        wgpu::ComputePassTimestampWrites {
-                            query_set: set,
-                            beginning_of_pass_write_index: Some(0),
-                            end_of_pass_write_index: Some(1),
-                        }
+                    timestamp_writes: slot.queries.as_ref().map(|(set, _)| wgpu::ComputePassTimestampWrites {
+                        query_set: set,
+                        beginning_of_pass_write_index: Some(0),
+                        end_of_pass_write_index: Some(1),
                     }),
                 });
                 for _ in 0..job.repeat.max(1) {
@@ -984,20 +883,14 @@ impl WgpuEngine {
 
         // 3. Map the read-back, and the upload buffer again for the slot's next call.
         let (tx, rx) = mpsc::channel();
-        let down_len = if slot.queries.is_some() {
-            ts_offset + 16
-        } else {
-            out_bytes
-        };
+        let down_len = if slot.queries.is_some() { ts_offset + 16 } else { out_bytes };
         let tx2 = tx.clone();
         slot.up.slice(..).map_async(wgpu::MapMode::Write, move |r| {
             let _ = tx.send(r);
         });
-        slot.down
-            .slice(..down_len)
-            .map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx2.send(r);
-            });
+        slot.down.slice(..down_len).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx2.send(r);
+        });
         for r in self.gpu.wait(index, &rx, 2, self.spin_wait)? {
             r.map_err(|e| self.gpu.classify(op, format!("mapping a call buffer: {e}")))?;
         }
@@ -1013,12 +906,9 @@ impl WgpuEngine {
                 .get_mapped_range()
                 .map_err(|e| self.gpu.classify(op, format!("read-back not mapped: {e}")))?;
             if slot.queries.is_some() {
-                let ts: Vec<u64> = bytemuck::pod_collect_to_vec(
-                    &view[ts_offset as usize..ts_offset as usize + 16],
-                );
+                let ts: Vec<u64> = bytemuck::pod_collect_to_vec(&view[ts_offset as usize..ts_offset as usize + 16]);
                 let ticks = ts[1].saturating_sub(ts[0]);
-                gpu_ns =
-                    Some((ticks as f64 * f64::from(self.gpu.queue.get_timestamp_period())) as u64);
+                gpu_ns = Some((ticks as f64 * f64::from(self.gpu.queue.get_timestamp_period())) as u64);
             }
             let bytes = &view[..out_bytes as usize];
             // A mapping is aligned far beyond 4 bytes; copy only if one ever is not.
@@ -1026,10 +916,8 @@ impl WgpuEngine {
             let all: &[f32] = match bytemuck::try_cast_slice(bytes) {
                 Ok(v) => v,
                 Err(_) => {
-                    copied = bytes
-                        .chunks_exact(4)
-                        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect::<Vec<_>>();
+                    copied =
+                        bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<_>>();
                     &copied
                 }
             };
@@ -1037,8 +925,7 @@ impl WgpuEngine {
                 .outputs
                 .iter()
                 .map(|&(off, rows, cols)| {
-                    MaskedView::from_mixed(rows, cols, &all[off..off + rows * cols])
-                        .expect("output sized to its shape")
+                    MaskedView::from_mixed(rows, cols, &all[off..off + rows * cols]).expect("output sized to its shape")
                 })
                 .collect();
             let r = Instant::now();
@@ -1076,10 +963,7 @@ impl WgpuEngine {
         pairs: &[(&Masked, &Masked)],
         transpose_b: bool,
     ) -> Result<Option<(TuneKey, usize)>, EngineError> {
-        let shapes = pairs
-            .iter()
-            .map(|(a, b)| dynamic_shape(a, b, transpose_b))
-            .collect::<Result<Vec<_>, _>>()?;
+        let shapes = pairs.iter().map(|(a, b)| dynamic_shape(a, b, transpose_b)).collect::<Result<Vec<_>, _>>()?;
         if !shapes.windows(2).all(|w| w[0] == w[1]) {
             return Ok(None);
         }
@@ -1095,18 +979,11 @@ impl WgpuEngine {
         Ok(Some((key, m)))
     }
 
-    fn dynamic_call(
-        &self,
-        pairs: &[(&Masked, &Masked)],
-        transpose_b: bool,
-    ) -> Result<Vec<Matrix>, EngineError> {
+    fn dynamic_call(&self, pairs: &[(&Masked, &Masked)], transpose_b: bool) -> Result<Vec<Matrix>, EngineError> {
         let tile = match self.dynamic_key(pairs, transpose_b)? {
-            Some((key, m)) => Some(
-                self.choose_plan(key, m, false, |p| {
-                    self.dynamic_job(pairs, transpose_b, Some(p.tile))
-                })?
-                .tile,
-            ),
+            Some((key, m)) => {
+                Some(self.choose_plan(key, m, false, |p| self.dynamic_job(pairs, transpose_b, Some(p.tile)))?.tile)
+            }
             None => None,
         };
         self.execute(self.dynamic_job(pairs, transpose_b, tile)?)
@@ -1120,10 +997,7 @@ impl WgpuEngine {
         tile: Option<Tile>,
     ) -> Result<Job<'a>, EngineError> {
         let op = "matmul_dynamic";
-        let shapes = pairs
-            .iter()
-            .map(|(a, b)| dynamic_shape(a, b, transpose_b))
-            .collect::<Result<Vec<_>, _>>()?;
+        let shapes = pairs.iter().map(|(a, b)| dynamic_shape(a, b, transpose_b)).collect::<Result<Vec<_>, _>>()?;
         let uniform = shapes.windows(2).all(|w| w[0] == w[1]);
         let base = 0;
         let mut job = Job {
@@ -1145,9 +1019,7 @@ impl WgpuEngine {
                 Some(r)
             })
             .collect();
-        let b_start = a_offs
-            .last()
-            .map_or(base, |&l| l + shapes.last().map_or(0, |s| s.0 * s.1));
+        let b_start = a_offs.last().map_or(base, |&l| l + shapes.last().map_or(0, |s| s.0 * s.1));
         let b_offs: Vec<usize> = shapes
             .iter()
             .scan(b_start, |o, &(_, k, n)| {
@@ -1167,11 +1039,7 @@ impl WgpuEngine {
             job.out_len += m * n;
         }
         let o_offs: Vec<usize> = job.outputs.iter().map(|o| o.0).collect();
-        let layout = if transpose_b {
-            WeightLayout::OutIn
-        } else {
-            WeightLayout::InOut
-        };
+        let layout = if transpose_b { WeightLayout::OutIn } else { WeightLayout::InOut };
         let params = |i: usize| -> Result<GemmParams, EngineError> {
             let (m, k, n) = shapes[i];
             Ok(GemmParams {
@@ -1194,29 +1062,13 @@ impl WgpuEngine {
             let p = params(0)?;
             let (m, n) = (p.m as usize, p.n as usize);
             let tile = tile.unwrap_or_else(|| self.model_tile(m, n, pairs.len()));
-            self.push_gemm(
-                &mut job,
-                WSource::Input,
-                layout,
-                WeightType::F32,
-                p,
-                pairs.len(),
-                Plan::new(tile),
-            )?;
+            self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, pairs.len(), Plan::new(tile))?;
         } else {
             for i in 0..pairs.len() {
                 let p = params(i)?;
                 let (m, n) = (p.m as usize, p.n as usize);
                 let tile = tile.unwrap_or_else(|| self.model_tile(m, n, 1));
-                self.push_gemm(
-                    &mut job,
-                    WSource::Input,
-                    layout,
-                    WeightType::F32,
-                    p,
-                    1,
-                    Plan::new(tile),
-                )?;
+                self.push_gemm(&mut job, WSource::Input, layout, WeightType::F32, p, 1, Plan::new(tile))?;
             }
         }
         Ok(job)
@@ -1227,15 +1079,8 @@ impl WgpuEngine {
     /// The job of `x · W` for every weight, `tiles[i]` for the i-th.
     /// The plan of each product of `x` by `ws` (tuning classes seen for the first time).
     /// The job of `x · W_id` for every id, `None` for no ids.
-    fn products_job<'a>(
-        &self,
-        x: &'a Masked,
-        ids: &[WeightId],
-    ) -> Result<Option<Job<'a>>, EngineError> {
-        let ws = ids
-            .iter()
-            .map(|id| self.weight(id))
-            .collect::<Result<Vec<_>, _>>()?;
+    fn products_job<'a>(&self, x: &'a Masked, ids: &[WeightId]) -> Result<Option<Job<'a>>, EngineError> {
+        let ws = ids.iter().map(|id| self.weight(id)).collect::<Result<Vec<_>, _>>()?;
         for w in &ws {
             check_operand("matmul", x, w.d_in)?;
         }
@@ -1258,19 +1103,12 @@ impl WgpuEngine {
                     wtype: w.wtype,
                     batch: 1,
                 };
-                self.choose_plan(key, m, true, |p| {
-                    self.many_job(x, std::slice::from_ref(w), &[p])
-                })
+                self.choose_plan(key, m, true, |p| self.many_job(x, std::slice::from_ref(w), &[p]))
             })
             .collect()
     }
 
-    fn many_job<'a>(
-        &self,
-        x: &'a Masked,
-        ws: &[Arc<GpuWeight>],
-        plans: &[Plan],
-    ) -> Result<Job<'a>, EngineError> {
+    fn many_job<'a>(&self, x: &'a Masked, ws: &[Arc<GpuWeight>], plans: &[Plan]) -> Result<Job<'a>, EngineError> {
         let op = "matmul";
         let (m, k) = (x.rows(), x.cols());
         let mut job = Job {
@@ -1301,36 +1139,20 @@ impl WgpuEngine {
                 o_ld: to_u32(op, w.d_out)?,
                 ..Default::default()
             };
-            self.push_gemm(
-                &mut job,
-                WSource::Weight(w.clone()),
-                w.layout,
-                w.wtype,
-                p,
-                1,
-                plan,
-            )?;
+            self.push_gemm(&mut job, WSource::Weight(w.clone()), w.layout, w.wtype, p, 1, plan)?;
         }
         Ok(job)
     }
 }
 
-fn compile(
-    device: &wgpu::Device,
-    layout: &wgpu::PipelineLayout,
-    label: &str,
-    src: &str,
-) -> wgpu::ComputePipeline {
+fn compile(device: &wgpu::Device, layout: &wgpu::PipelineLayout, label: &str, src: &str) -> wgpu::ComputePipeline {
     // SAFETY: the generated kernels guard every global access against the shape in their
     // parameter block, workgroup-memory indices are in range by construction, and the host
     // sizes every buffer for the shapes it writes into that block. Without the compiler's
     // own clamps and loop counters the inner product is a few instructions shorter.
     let module = unsafe {
         device.create_shader_module_trusted(
-            wgpu::ShaderModuleDescriptor {
-                label: Some(label),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            },
+            wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(src.into()) },
             wgpu::ShaderRuntimeChecks::unchecked(),
         )
     };
@@ -1362,23 +1184,14 @@ impl Engine for WgpuEngine {
             // Operands and accumulation stay f32 in the FMA kernels (a 16-bit weight's own
             // rounding is reported per weight by `register`); the cooperative kernels round
             // both operands to f16.
-            operand_precision: if self.gpu.coop {
-                Precision::F16
-            } else {
-                Precision::F32
-            },
+            operand_precision: if self.gpu.coop { Precision::F16 } else { Precision::F32 },
         }
     }
 
     fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
         weight.check(&id)?;
         self.gpu.check_alive()?;
-        if self
-            .weights
-            .read()
-            .expect("weight table poisoned")
-            .contains_key(&id)
-        {
+        if self.weights.read().expect("weight table poisoned").contains_key(&id) {
             return Err(EngineError::DuplicateWeight(id));
         }
         let bf16_as = match self.cfg.bf16_weights_as {
@@ -1395,11 +1208,7 @@ impl Engine for WgpuEngine {
                 "weight `{id}` needs {bytes} bytes; the device's largest buffer binding is {largest}"
             )));
         }
-        let budget = self
-            .cfg
-            .memory_budget
-            .or(self.gpu.memory_bytes)
-            .unwrap_or(u64::MAX);
+        let budget = self.cfg.memory_budget.or(self.gpu.memory_bytes).unwrap_or(u64::MAX);
         let resident = self.resident.load(Ordering::Relaxed);
         if resident + bytes > budget {
             return Err(EngineError::OutOfMemory(format!(
@@ -1420,10 +1229,8 @@ impl Engine for WgpuEngine {
             buffer
         })?;
         {
-            let mut view = buffer
-                .slice(..)
-                .get_mapped_range_mut()
-                .map_err(|e| self.gpu.classify("register", e.to_string()))?;
+            let mut view =
+                buffer.slice(..).get_mapped_range_mut().map_err(|e| self.gpu.classify("register", e.to_string()))?;
             view.copy_from_slice(&packed);
         }
         buffer.unmap();
@@ -1468,11 +1275,7 @@ impl Engine for WgpuEngine {
         let Some(job) = self.products_job(x, ids)? else {
             return Ok(Vec::new());
         };
-        Ok(self
-            .execute(job)?
-            .into_iter()
-            .map(Masked::from_mixed)
-            .collect())
+        Ok(self.execute(job)?.into_iter().map(Masked::from_mixed).collect())
     }
 
     /// The products are lent straight out of the mapped read-back buffer.
@@ -1488,16 +1291,9 @@ impl Engine for WgpuEngine {
         }
     }
 
-    fn matmul_dynamic(
-        &self,
-        a: &Masked,
-        b: &Masked,
-        transpose_b: bool,
-    ) -> Result<Masked, EngineError> {
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
         let mut out = self.dynamic_call(&[(a, b)], transpose_b)?;
-        Ok(Masked::from_mixed(
-            out.pop().expect("one pair, one product"),
-        ))
+        Ok(Masked::from_mixed(out.pop().expect("one pair, one product")))
     }
 
     fn matmul_dynamic_batched(
@@ -1508,11 +1304,7 @@ impl Engine for WgpuEngine {
         if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self
-            .dynamic_call(pairs, transpose_b)?
-            .into_iter()
-            .map(Masked::from_mixed)
-            .collect())
+        Ok(self.dynamic_call(pairs, transpose_b)?.into_iter().map(Masked::from_mixed).collect())
     }
 
     fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
@@ -1525,10 +1317,7 @@ impl Engine for WgpuEngine {
         let grid_x = rows.min(max);
         let grid_y = rows.div_ceil(grid_x);
         if grid_y > max {
-            return Err(EngineError::Shape {
-                op,
-                detail: format!("{rows} rows exceed one dispatch"),
-            });
+            return Err(EngineError::Shape { op, detail: format!("{rows} rows exceed one dispatch") });
         }
         let p = SoftmaxParams {
             rows: to_u32(op, rows)?,
@@ -1565,11 +1354,7 @@ impl Engine for WgpuEngine {
 /// eight of them), else the next power of two.
 fn row_class(m: usize) -> usize {
     let tiles = TILES.iter().chain(&shaders::SKINNY_TILES);
-    if tiles.map(|t| t.bm as usize).any(|bm| bm == m) {
-        m
-    } else {
-        m.next_power_of_two()
-    }
+    if tiles.map(|t| t.bm as usize).any(|bm| bm == m) { m } else { m.next_power_of_two() }
 }
 
 /// Bytes from which [`write_mapped`] splits a copy over rayon's pool, and its pieces.

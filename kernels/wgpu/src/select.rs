@@ -65,11 +65,7 @@ pub struct AdapterSummary {
 
 impl fmt::Display for AdapterSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "[{}] {} ({:?}, {})",
-            self.index, self.name, self.device_type, self.driver
-        )
+        write!(f, "[{}] {} ({:?}, {})", self.index, self.name, self.device_type, self.driver)
     }
 }
 
@@ -80,12 +76,7 @@ pub(crate) fn summary(index: usize, info: &wgpu::AdapterInfo) -> AdapterSummary 
         .copied()
         .collect::<Vec<_>>()
         .join(" ");
-    AdapterSummary {
-        index,
-        name: info.name.clone(),
-        device_type: info.device_type,
-        driver,
-    }
+    AdapterSummary { index, name: info.name.clone(), device_type: info.device_type, driver }
 }
 
 /// A Vulkan-only instance. Other backends (GL, the browser) are never wanted: the engine's
@@ -147,27 +138,18 @@ pub(crate) fn pick(
                 .into(),
         ));
     }
-    let listing = || {
-        all.iter()
-            .map(|(_, s)| s.to_string())
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
+    let listing = || all.iter().map(|(_, s)| s.to_string()).collect::<Vec<_>>().join("; ");
     let found = match spec {
         AdapterSpec::Best => (0..all.len()).min_by_key(|&i| (rank(all[i].1.device_type), i)),
         AdapterSpec::Index(n) => (*n < all.len()).then_some(*n),
         AdapterSpec::Name(name) => {
             let name = name.to_lowercase();
-            all.iter()
-                .position(|(_, s)| s.name.to_lowercase().contains(&name))
+            all.iter().position(|(_, s)| s.name.to_lowercase().contains(&name))
         }
     };
     match found {
         Some(i) => Ok(all.swap_remove(i)),
-        None => Err(EngineError::NoAdapter(format!(
-            "no Vulkan adapter matches `{spec}`; adapters: {}",
-            listing()
-        ))),
+        None => Err(EngineError::NoAdapter(format!("no Vulkan adapter matches `{spec}`; adapters: {}", listing()))),
     }
 }
 
@@ -179,22 +161,10 @@ mod tests {
     fn specs_parse() {
         assert_eq!("vulkan".parse::<AdapterSpec>().unwrap(), AdapterSpec::Best);
         assert_eq!("Vulkan:".parse::<AdapterSpec>().unwrap(), AdapterSpec::Best);
-        assert_eq!(
-            "vulkan:2".parse::<AdapterSpec>().unwrap(),
-            AdapterSpec::Index(2)
-        );
-        assert_eq!(
-            "vulkan:H200".parse::<AdapterSpec>().unwrap(),
-            AdapterSpec::Name("H200".into())
-        );
-        assert!(matches!(
-            "cuda".parse::<AdapterSpec>(),
-            Err(EngineError::NoAdapter(_))
-        ));
-        assert!(matches!(
-            "vulkanx:1".parse::<AdapterSpec>(),
-            Err(EngineError::NoAdapter(_))
-        ));
+        assert_eq!("vulkan:2".parse::<AdapterSpec>().unwrap(), AdapterSpec::Index(2));
+        assert_eq!("vulkan:H200".parse::<AdapterSpec>().unwrap(), AdapterSpec::Name("H200".into()));
+        assert!(matches!("cuda".parse::<AdapterSpec>(), Err(EngineError::NoAdapter(_))));
+        assert!(matches!("vulkanx:1".parse::<AdapterSpec>(), Err(EngineError::NoAdapter(_))));
     }
 
     #[test]

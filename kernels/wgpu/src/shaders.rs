@@ -59,43 +59,19 @@ const COOP_PAD: u32 = 8;
 
 impl Tile {
     pub const fn new(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Self {
-        Tile {
-            bm,
-            bn,
-            bk,
-            tm,
-            tn,
-            coop: false,
-            skinny: false,
-        }
+        Tile { bm, bn, bk, tm, tn, coop: false, skinny: false }
     }
 
     /// A few-row tile: up to `bm` rows by `bn` columns, 4 columns per thread, `lanes`
     /// threads along `K` per column group, each issuing `unroll` 16-byte loads per column
     /// before using them.
     pub const fn skinny(bm: u32, bn: u32, lanes: u32, unroll: u32) -> Self {
-        Tile {
-            bm,
-            bn,
-            bk: lanes,
-            tm: unroll,
-            tn: 4,
-            coop: false,
-            skinny: true,
-        }
+        Tile { bm, bn, bk: lanes, tm: unroll, tn: 4, coop: false, skinny: true }
     }
 
     /// A cooperative tile: `bm × bn` per workgroup, `fm × fn` fragments per subgroup.
     pub const fn coop(bm: u32, bn: u32, bk: u32, fm: u32, fn_: u32) -> Self {
-        Tile {
-            bm,
-            bn,
-            bk,
-            tm: fm,
-            tn: fn_,
-            coop: true,
-            skinny: false,
-        }
+        Tile { bm, bn, bk, tm: fm, tn: fn_, coop: true, skinny: false }
     }
 
     /// Subgroups of a cooperative workgroup along M and N.
@@ -142,9 +118,7 @@ impl Tile {
                 && t >= 32;
         }
         if self.coop {
-            return [self.bm, self.bn, self.bk]
-                .iter()
-                .all(|&v| v % 16 == 0 && v > 0)
+            return [self.bm, self.bn, self.bk].iter().all(|&v| v % 16 == 0 && v > 0)
                 && self.tm > 0
                 && self.tn > 0
                 && self.bm % (16 * self.tm) == 0
@@ -167,10 +141,7 @@ impl Tile {
         if self.coop {
             return format!("coop{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn);
         }
-        format!(
-            "{}x{}x{}/{}x{}",
-            self.bm, self.bn, self.bk, self.tm, self.tn
-        )
+        format!("{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
     }
 }
 
@@ -325,20 +296,14 @@ pub fn gemm_wgsl(key: &GemmKey) -> String {
     if key.tile.skinny {
         return skinny_wgsl(key);
     }
-    let Tile {
-        bm, bn, bk, tm, tn, ..
-    } = key.tile;
+    let Tile { bm, bn, bk, tm, tn, .. } = key.tile;
     let (wx, wy) = (bn / tn, bm / tm);
     let threads = wx * wy;
     let (sa, sb) = (bm + 4, bn + 4);
     let (lx, lw) = (bm * bk / threads, bn * bk / threads);
     let mut s = String::new();
     let w = &mut s;
-    let wty = if key.wtype == WeightType::F32 {
-        "f32"
-    } else {
-        "u32"
-    };
+    let wty = if key.wtype == WeightType::F32 { "f32" } else { "u32" };
     writeln!(
         w,
         "struct Params {{ m: u32, n: u32, k: u32, p0: u32, x_off: u32, x_ld: u32, x_bs: u32, p1: u32,
@@ -346,11 +311,7 @@ pub fn gemm_wgsl(key: &GemmKey) -> String {
     )
     .unwrap();
     w.push_str(BINDINGS);
-    writeln!(
-        w,
-        "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;"
-    )
-    .unwrap();
+    writeln!(w, "@group(0) @binding(2) var<storage, read> ws: array<{wty}>;").unwrap();
     writeln!(
         w,
         "const BM: u32 = {bm}u; const BN: u32 = {bn}u; const BK: u32 = {bk}u;
@@ -368,8 +329,7 @@ var<workgroup> sb: array<vec4<f32>, {}>;",
         WeightType::F32 => "ws[e]".to_string(),
         WeightType::F16 => "unpack2x16float(ws[e >> 1u])[e & 1u]".to_string(),
         WeightType::Bf16 => {
-            "bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u))"
-                .to_string()
+            "bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u))".to_string()
         }
     };
     writeln!(w, "fn wload(e: u32) -> f32 {{ return {load}; }}").unwrap();
@@ -425,11 +385,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let mut stash = String::new();
     for i in 0..lx {
         let e = i * threads;
-        writeln!(
-            stash,
-            "    {{ let e = tid + {e}u; let i = (e % BK) * SA + e / BK; sa[i >> 2u][i & 3u] = rx{i}; }}"
-        )
-        .unwrap();
+        writeln!(stash, "    {{ let e = tid + {e}u; let i = (e % BK) * SA + e / BK; sa[i >> 2u][i & 3u] = rx{i}; }}")
+            .unwrap();
     }
     for i in 0..lw {
         let e = i * threads;
@@ -437,11 +394,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             WeightLayout::InOut => ("e / BN", "e % BN"),
             WeightLayout::OutIn => ("e % BK", "e / BK"),
         };
-        writeln!(
-            stash,
-            "    {{ let e = tid + {e}u; let i = ({kk}) * SB + {col}; sb[i >> 2u][i & 3u] = rw{i}; }}"
-        )
-        .unwrap();
+        writeln!(stash, "    {{ let e = tid + {e}u; let i = ({kk}) * SB + {col}; sb[i >> 2u][i & 3u] = rw{i}; }}")
+            .unwrap();
     }
 
     writeln!(w, "  var k0 = 0u;\n{fetch}  loop {{\n    if (k0 >= p.k) {{ break; }}\n{stash}    workgroupBarrier();\n    k0 += BK;\n    if (k0 < p.k) {{\n{fetch}    }}").unwrap();
@@ -457,11 +411,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         for (i, cmp) in comp.iter().enumerate() {
             let r = g * 4 + i as u32;
             for h in 0..gn {
-                writeln!(
-                    w,
-                    "      c{r}_{h} = fma(vec4<f32>(a{g}.{cmp}), b{h}, c{r}_{h});"
-                )
-                .unwrap();
+                writeln!(w, "      c{r}_{h} = fma(vec4<f32>(a{g}.{cmp}), b{h}, c{r}_{h});").unwrap();
             }
         }
     }
@@ -471,12 +421,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     for g in 0..gm {
         for i in 0..4 {
             let r = g * 4 + i;
-            writeln!(
-                w,
-                "  {{ let row = m0 + {}u * WY + 4u * ty + {i}u;\n    if (row < p.m) {{",
-                g * 4
-            )
-            .unwrap();
+            writeln!(w, "  {{ let row = m0 + {}u * WY + 4u * ty + {i}u;\n    if (row < p.m) {{", g * 4).unwrap();
             for h in 0..gn {
                 writeln!(
                     w,
@@ -537,9 +482,7 @@ fn xload(e: u32) -> f32 {{ return xs[e >> 2u][e & 3u]; }}"
         WeightType::F32 if vec => "ws[e >> 2u][e & 3u]".to_string(),
         WeightType::F32 => "ws[e]".to_string(),
         WeightType::F16 => format!("unpack2x16float({word})[e & 1u]"),
-        WeightType::Bf16 => format!(
-            "bitcast<f32>(select({word} << 16u, {word} & 0xffff0000u, (e & 1u) == 1u))"
-        ),
+        WeightType::Bf16 => format!("bitcast<f32>(select({word} << 16u, {word} & 0xffff0000u, (e & 1u) == 1u))"),
     };
     writeln!(w, "fn wload(e: u32) -> f32 {{ return {load}; }}").unwrap();
     let acc = bm * cpt;
@@ -595,8 +538,12 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
                             format!("vec4<f32>(unpack2x16float(w{c}_{j}.z), unpack2x16float(w{c}_{j}.w))"),
                         ),
                         _ => (
-                            format!("bitcast<vec4<f32>>(vec4<u32>(w{c}_{j}.x << 16u, w{c}_{j}.x & 0xffff0000u, w{c}_{j}.y << 16u, w{c}_{j}.y & 0xffff0000u))"),
-                            format!("bitcast<vec4<f32>>(vec4<u32>(w{c}_{j}.z << 16u, w{c}_{j}.z & 0xffff0000u, w{c}_{j}.w << 16u, w{c}_{j}.w & 0xffff0000u))"),
+                            format!(
+                                "bitcast<vec4<f32>>(vec4<u32>(w{c}_{j}.x << 16u, w{c}_{j}.x & 0xffff0000u, w{c}_{j}.y << 16u, w{c}_{j}.y & 0xffff0000u))"
+                            ),
+                            format!(
+                                "bitcast<vec4<f32>>(vec4<u32>(w{c}_{j}.z << 16u, w{c}_{j}.z & 0xffff0000u, w{c}_{j}.w << 16u, w{c}_{j}.w & 0xffff0000u))"
+                            ),
                         ),
                     };
                     writeln!(w, "      let wl{c}_{j} = {lo}; let wh{c}_{j} = {hi};").unwrap();
@@ -631,7 +578,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         writeln!(w, "    var w{c} = 0.0; if (nc + {c}u < p.n) {{ w{c} = wload({}); }}", widx(c)).unwrap();
     }
     for r in 0..bm {
-        writeln!(w, "    var x{r} = 0.0; if (m0 + {r}u < p.m) {{ x{r} = xload(xb + (m0 + {r}u) * p.x_ld + k); }}").unwrap();
+        writeln!(w, "    var x{r} = 0.0; if (m0 + {r}u < p.m) {{ x{r} = xload(xb + (m0 + {r}u) * p.x_ld + k); }}")
+            .unwrap();
         for c in 0..cpt {
             writeln!(w, "    a{r}_{c} = fma(x{r}, w{c}, a{r}_{c});").unwrap();
         }
@@ -719,9 +667,7 @@ var<workgroup> scratch: array<f32, {sc_len}>;",
         WeightType::F16 if direct => "ws[e]",
         // Exact: every f16 is an f32 and back.
         WeightType::F16 => "f16(unpack2x16float(ws[e >> 1u])[e & 1u])",
-        WeightType::Bf16 => {
-            "f16(bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u)))"
-        }
+        WeightType::Bf16 => "f16(bitcast<f32>(select(ws[e >> 1u] << 16u, ws[e >> 1u] & 0xffff0000u, (e & 1u) == 1u)))",
     };
     writeln!(w, "fn wload(e: u32) -> f16 {{ return {load}; }}").unwrap();
     let (kl, nl, widx, wsl) = match key.layout {
@@ -748,11 +694,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   let full = {full};",
         wm = 16 * fm,
         wn = 16 * fnn,
-        full = if direct {
-            "(n0 + BN <= p.n) & (p.k % BK == 0u) & (w_ld % 8u == 0u) & (wb0 % 8u == 0u)"
-        } else {
-            "false"
-        },
+        full =
+            if direct { "(n0 + BN <= p.n) & (p.k % BK == 0u) & (w_ld % 8u == 0u) & (wb0 % 8u == 0u)" } else { "false" },
     )
     .unwrap();
     for i in 0..fm {
@@ -778,12 +721,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     };
     let mut stores = String::new();
     for i in 0..lx {
-        writeln!(
-            stores,
-            "    {{ let e = t + {o}u; xa[(e / BK) * SA + e % BK] = f16(xr{i}); }}",
-            o = i * t
-        )
-        .unwrap();
+        writeln!(stores, "    {{ let e = t + {o}u; xa[(e / BK) * SA + e % BK] = f16(xr{i}); }}", o = i * t).unwrap();
     }
     for i in 0..lx {
         writeln!(w, "  var xr{i}: f32;").unwrap();
@@ -811,23 +749,13 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     )
     .unwrap();
     for i in 0..fm {
-        writeln!(
-            w,
-            "      let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xa[(rm + {}u) * SA + kk], SA);",
-            i * 16
-        )
-        .unwrap();
+        writeln!(w, "      let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xa[(rm + {}u) * SA + kk], SA);", i * 16)
+            .unwrap();
     }
     // B fragments: from device memory on full tiles (f16 OutIn), else from the staging.
     let staged_b = |j: u32| match key.layout {
-        WeightLayout::OutIn => format!(
-            "coopLoad<coop_mat16x16<f16, B>>(&wb[(cn + {}u) * SW + kk], SW)",
-            j * 16
-        ),
-        WeightLayout::InOut => format!(
-            "coopLoadT<coop_mat16x16<f16, B>>(&wb[kk * SW + cn + {}u], SW)",
-            j * 16
-        ),
+        WeightLayout::OutIn => format!("coopLoad<coop_mat16x16<f16, B>>(&wb[(cn + {}u) * SW + kk], SW)", j * 16),
+        WeightLayout::InOut => format!("coopLoadT<coop_mat16x16<f16, B>>(&wb[kk * SW + cn + {}u], SW)", j * 16),
     };
     for j in 0..fnn {
         if direct {
@@ -982,8 +910,7 @@ mod tests {
     use super::*;
 
     fn validate(src: &str) {
-        let module = naga::front::wgsl::parse_str(src)
-            .unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
+        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(src)));
         // Vulkan devices always have the f16-in-f32 packing builtins (`unpack2x16float`).
         naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(),
@@ -999,11 +926,7 @@ mod tests {
             assert!(tile.is_valid(), "{tile:?}");
             for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
                 for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
-                    validate(&gemm_wgsl(&GemmKey {
-                        tile,
-                        layout,
-                        wtype,
-                    }));
+                    validate(&gemm_wgsl(&GemmKey { tile, layout, wtype }));
                 }
             }
         }
@@ -1015,11 +938,7 @@ mod tests {
             assert!(tile.is_valid(), "{tile:?}");
             for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
                 for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
-                    validate(&gemm_wgsl(&GemmKey {
-                        tile,
-                        layout,
-                        wtype,
-                    }));
+                    validate(&gemm_wgsl(&GemmKey { tile, layout, wtype }));
                 }
             }
         }
@@ -1034,24 +953,15 @@ mod tests {
             assert!(tile.is_valid(), "{tile:?}");
             for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
                 for wtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
-                    let src = gemm_wgsl(&GemmKey {
-                        tile,
-                        layout,
-                        wtype,
-                    });
+                    let src = gemm_wgsl(&GemmKey { tile, layout, wtype });
                     let module = naga::front::wgsl::parse_str(&src)
                         .unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(&src)));
-                    let info =
-                        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
-                            .validate(&module)
-                            .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
-                    // What wgpu hands the Vulkan driver: SPIR-V 1.3 with the KHR extension.
-                    let opts = naga::back::spv::Options {
-                        lang_version: (1, 3),
-                        ..Default::default()
-                    };
-                    naga::back::spv::write_vec(&module, &info, &opts, None)
+                    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+                        .validate(&module)
                         .unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+                    // What wgpu hands the Vulkan driver: SPIR-V 1.3 with the KHR extension.
+                    let opts = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
+                    naga::back::spv::write_vec(&module, &info, &opts, None).unwrap_or_else(|e| panic!("{e:?}\n{src}"));
                 }
             }
         }

@@ -27,11 +27,7 @@ pub(crate) fn storage_for(data: &WeightData, f32_as: Precision, bf16_as: Precisi
     match data {
         WeightData::F32(_) => f32_as,
         WeightData::F16(_) => Precision::F16,
-        WeightData::Bf16(d)
-            if bf16_as == Precision::F16 && d.iter().all(|v| fits_f16(v.to_f32())) =>
-        {
-            Precision::F16
-        }
+        WeightData::Bf16(d) if bf16_as == Precision::F16 && d.iter().all(|v| fits_f16(v.to_f32())) => Precision::F16,
         WeightData::Bf16(_) => Precision::Bf16,
     }
 }
@@ -122,22 +118,15 @@ mod tests {
         assert_eq!(stored_bytes(&w, Precision::F16), 2 * 4 * 2);
         let mut out = vec![0xAA; 16];
         pack_into(&w, Precision::F16, &mut out);
-        let halves: Vec<f32> = out
-            .chunks(2)
-            .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
-            .collect();
+        let halves: Vec<f32> =
+            out.chunks(2).map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()).collect();
         assert_eq!(halves, vec![1.0, 2.0, 3.0, 0.0, 4.0, 5.0, 6.0, 0.0]);
     }
 
     #[test]
     fn bf16_checkpoints_keep_their_bits() {
         let vals = [bf16::from_f32(1.5), bf16::from_f32(-3.25e-3)];
-        let w = Weight {
-            d_in: 1,
-            d_out: 2,
-            layout: WeightLayout::InOut,
-            data: WeightData::Bf16(vals.to_vec().into()),
-        };
+        let w = Weight { d_in: 1, d_out: 2, layout: WeightLayout::InOut, data: WeightData::Bf16(vals.to_vec().into()) };
         let p = storage_for(&w.data, Precision::F32, Precision::Bf16);
         assert_eq!(p, Precision::Bf16);
         let mut out = vec![0; stored_bytes(&w, p) as usize];
@@ -157,16 +146,10 @@ mod tests {
             data: WeightData::Bf16(vals.iter().map(|&v| bf16::from_f32(v)).collect()),
         };
         let small = w(&[1.5, -3.25e-3, 6.0e4]);
-        assert_eq!(
-            storage_for(&small.data, Precision::F32, Precision::F16),
-            Precision::F16
-        );
+        assert_eq!(storage_for(&small.data, Precision::F32, Precision::F16), Precision::F16);
         let mut out = vec![0; stored_bytes(&small, Precision::F16) as usize];
         pack_into(&small, Precision::F16, &mut out);
-        let halves: Vec<f16> = out
-            .chunks(2)
-            .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])))
-            .collect();
+        let halves: Vec<f16> = out.chunks(2).map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]]))).collect();
         let want = |v: f32| f16::from_f32(bf16::from_f32(v).to_f32());
         assert_eq!(halves[..3], [want(1.5), want(-3.25e-3), want(6.0e4)]);
         // Exact from 2⁻¹⁴ up: every bf16 of that magnitude below 2¹⁶ is an f16 too.
@@ -177,13 +160,7 @@ mod tests {
             }
         }
         let large = w(&[1.5, 7.0e4]);
-        assert_eq!(
-            storage_for(&large.data, Precision::F32, Precision::F16),
-            Precision::Bf16
-        );
-        assert_eq!(
-            storage_for(&small.data, Precision::F32, Precision::Bf16),
-            Precision::Bf16
-        );
+        assert_eq!(storage_for(&large.data, Precision::F32, Precision::F16), Precision::Bf16);
+        assert_eq!(storage_for(&small.data, Precision::F32, Precision::Bf16), Precision::Bf16);
     }
 }

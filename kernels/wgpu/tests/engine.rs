@@ -9,8 +9,8 @@ use std::sync::{Arc, OnceLock};
 
 use half::{bf16, f16};
 use kernels::{
-    CpuEngine, Engine, EngineError, F32_UNIT_ROUNDOFF, Masked, Matrix, Precision, Weight,
-    WeightData, WeightId, WeightLayout, cpu, danger,
+    CpuEngine, Engine, EngineError, F32_UNIT_ROUNDOFF, Masked, Matrix, Precision, Weight, WeightData, WeightId,
+    WeightLayout, cpu, danger,
 };
 use kernels_wgpu::{Plan, WgpuConfig, WgpuEngine, open_engine, shaders::Tile};
 use rand::{RngExt, SeedableRng};
@@ -54,10 +54,7 @@ fn assert_product(what: &str, got: &Matrix, want: &Matrix, x: &Matrix, w: &Matri
         for c in 0..got.cols() {
             let (g, e) = (got.get(r, c) as f64, want.get(r, c) as f64);
             let tol = 2.0 * k * F32_UNIT_ROUNDOFF * 1.01 * bound.get(r, c) as f64 + 1e-30;
-            assert!(
-                (g - e).abs() <= tol,
-                "{what}: element ({r},{c}) is {g}, CPU says {e} (tolerance {tol:e})"
-            );
+            assert!((g - e).abs() <= tol, "{what}: element ({r},{c}) is {g}, CPU says {e} (tolerance {tol:e})");
         }
     }
 }
@@ -85,17 +82,11 @@ fn reports_a_vulkan_device_honestly() {
 fn matmul_equals_cpu_for_odd_shapes_and_both_layouts() {
     let gpu = shared();
     let cpu = CpuEngine::new();
-    for (i, &(d_in, d_out)) in [(5, 3), (70, 65), (200, 129), (1, 7), (64, 64)]
-        .iter()
-        .enumerate()
-    {
+    for (i, &(d_in, d_out)) in [(5, 3), (70, 65), (200, 129), (1, 7), (64, 64)].iter().enumerate() {
         for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
             let w = weight(d_in, d_out, layout, 100 + i as u64);
             let name = id(&format!("odd.{d_in}x{d_out}.{layout:?}"));
-            assert_eq!(
-                gpu.register(name.clone(), w.clone()).unwrap().storage,
-                Precision::F32
-            );
+            assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::F32);
             cpu.register(name.clone(), w.clone()).unwrap();
             for rows in [1, 3, 17, 130] {
                 let x = random(rows, d_in, 7 * rows as u64 + i as u64);
@@ -165,16 +156,10 @@ fn every_plan_computes_the_same_product() {
     ] {
         let w = weight(d_in, d_out, layout, 9);
         let w = match data {
-            "f16" => Weight {
-                data: WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()),
-                ..w
-            },
-            "bf16" => Weight {
-                data: WeightData::Bf16(
-                    w.data.to_f32().iter().map(|&v| bf16::from_f32(v)).collect(),
-                ),
-                ..w
-            },
+            "f16" => Weight { data: WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()), ..w },
+            "bf16" => {
+                Weight { data: WeightData::Bf16(w.data.to_f32().iter().map(|&v| bf16::from_f32(v)).collect()), ..w }
+            }
             _ => w,
         };
         let name = id(&format!("tiles.{layout:?}.{data}"));
@@ -187,21 +172,12 @@ fn every_plan_computes_the_same_product() {
     let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
     // Every tile unsplit, and split-K plans (83 = K is prime: splits fall back to one slice).
     let mut plans: Vec<Plan> = gpu.tiles().iter().map(|&t| Plan::new(t)).collect();
-    plans.push(Plan {
-        tile: *gpu.tiles().last().unwrap(),
-        splits: 4,
-    });
+    plans.push(Plan { tile: *gpu.tiles().last().unwrap(), splits: 4 });
     for plan in plans {
         gpu.pin(Some(plan)).unwrap();
         let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
         for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-            assert_product(
-                &format!("{} plan {}", name, plan.name()),
-                g.matrix(),
-                e.matrix(),
-                &x,
-                &dense(w),
-            );
+            assert_product(&format!("{} plan {}", name, plan.name()), g.matrix(), e.matrix(), &x, &dense(w));
         }
     }
 }
@@ -238,7 +214,13 @@ fn every_few_row_tile_reads_aligned_and_ragged_checkpoint_weights() {
                 gpu.pin(Some(Plan::new(tile))).unwrap();
                 let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
                 for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-                    assert_product(&format!("{name} rows={rows} {}", tile.name()), g.matrix(), e.matrix(), &x, &dense(w));
+                    assert_product(
+                        &format!("{name} rows={rows} {}", tile.name()),
+                        g.matrix(),
+                        e.matrix(),
+                        &x,
+                        &dense(w),
+                    );
                 }
             }
         }
@@ -249,7 +231,11 @@ fn every_few_row_tile_reads_aligned_and_ragged_checkpoint_weights() {
 fn a_spinning_wait_returns_every_product() {
     // Polling without sleeping (the default on hardware GPUs; lavapipe defaults to blocking)
     // must collect both mapping callbacks of every call, short and long.
-    let gpu = WgpuEngine::open("vulkan", WgpuConfig { spin_wait: Some(std::time::Duration::from_millis(1)), ..WgpuConfig::default() }).unwrap();
+    let gpu = WgpuEngine::open(
+        "vulkan",
+        WgpuConfig { spin_wait: Some(std::time::Duration::from_millis(1)), ..WgpuConfig::default() },
+    )
+    .unwrap();
     let cpu = CpuEngine::new();
     let w = weight(300, 70, WeightLayout::OutIn, 41);
     gpu.register(id("spin.w"), w.clone()).unwrap();
@@ -268,17 +254,10 @@ fn split_k_plans_sum_their_slices() {
     let gpu = WgpuEngine::open("vulkan", WgpuConfig::default()).unwrap();
     let cpu = CpuEngine::new();
     let mut ws = Vec::new();
-    for (layout, data) in [
-        (WeightLayout::OutIn, "f32"),
-        (WeightLayout::InOut, "f32"),
-        (WeightLayout::OutIn, "f16"),
-    ] {
+    for (layout, data) in [(WeightLayout::OutIn, "f32"), (WeightLayout::InOut, "f32"), (WeightLayout::OutIn, "f16")] {
         let w = weight(512, 70, layout, 11);
         let w = if data == "f16" {
-            Weight {
-                data: WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()),
-                ..w
-            }
+            Weight { data: WeightData::F16(w.data.to_f32().iter().map(|&v| f16::from_f32(v)).collect()), ..w }
         } else {
             w
         };
@@ -320,16 +299,8 @@ fn masked_decode_tiles_compute_nine_rows_per_sequence() {
     let w = weight(512, 70, WeightLayout::OutIn, 13);
     gpu.register(id("nine.w"), w.clone()).unwrap();
     cpu.register(id("nine.w"), w.clone()).unwrap();
-    let tiles: Vec<Tile> = gpu
-        .tiles()
-        .iter()
-        .copied()
-        .filter(|t| !t.coop && !t.skinny && t.bm % 9 == 0)
-        .collect();
-    assert!(
-        tiles.iter().any(|t| t.bm == 72) && tiles.iter().any(|t| t.bm == 36),
-        "{tiles:?}"
-    );
+    let tiles: Vec<Tile> = gpu.tiles().iter().copied().filter(|t| !t.coop && !t.skinny && t.bm % 9 == 0).collect();
+    assert!(tiles.iter().any(|t| t.bm == 72) && tiles.iter().any(|t| t.bm == 36), "{tiles:?}");
     for rows in [9, 36, 37, 72, 73] {
         let x = random(rows, 512, rows as u64);
         let want = cpu.matmul(&plain(&x), &id("nine.w")).unwrap().into_matrix();
@@ -337,13 +308,7 @@ fn masked_decode_tiles_compute_nine_rows_per_sequence() {
             for splits in [1, 4] {
                 gpu.pin(Some(Plan { tile, splits })).unwrap();
                 let got = gpu.matmul(&plain(&x), &id("nine.w")).unwrap().into_matrix();
-                assert_product(
-                    &format!("rows={rows} {} k/{splits}", tile.name()),
-                    &got,
-                    &want,
-                    &x,
-                    &dense(&w),
-                );
+                assert_product(&format!("rows={rows} {} k/{splits}", tile.name()), &got, &want, &x, &dense(&w));
             }
         }
     }
@@ -373,10 +338,7 @@ fn steady_kernel_runs_repeat_the_product_without_changing_it() {
         }
     }
     let bad = random(3, 255, 23);
-    assert!(matches!(
-        gpu.steady_kernel_seconds(&plain(&bad), &id("steady.w"), 2),
-        Err(EngineError::Shape { .. })
-    ));
+    assert!(matches!(gpu.steady_kernel_seconds(&plain(&bad), &id("steady.w"), 2), Err(EngineError::Shape { .. })));
 }
 
 #[test]
@@ -403,28 +365,16 @@ fn recycled_buffers_stay_within_the_configured_bytes() {
 
 #[test]
 fn f16_storage_is_within_1e3_relative() {
-    let gpu = WgpuEngine::open(
-        "vulkan",
-        WgpuConfig {
-            f32_weights_as: Precision::F16,
-            ..WgpuConfig::default()
-        },
-    )
-    .unwrap();
+    let gpu =
+        WgpuEngine::open("vulkan", WgpuConfig { f32_weights_as: Precision::F16, ..WgpuConfig::default() }).unwrap();
     let cpu = CpuEngine::new();
     let (d_in, d_out) = (129, 67);
     for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
         let w = weight(d_in, d_out, layout, 21);
         let name = id(&format!("f16.{layout:?}"));
-        assert_eq!(
-            gpu.register(name.clone(), w.clone()).unwrap().storage,
-            Precision::F16
-        );
+        assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::F16);
         // The same weight rounded to f16 on the CPU: equal within f32 accumulation error.
-        let rounded = Weight {
-            data: WeightData::F32(w.data.rounded_to(Precision::F16)),
-            ..w.clone()
-        };
+        let rounded = Weight { data: WeightData::F32(w.data.rounded_to(Precision::F16)), ..w.clone() };
         cpu.register(name.clone(), rounded.clone()).unwrap();
         let x = random(3, d_in, 22);
         let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
@@ -445,17 +395,9 @@ fn bf16_checkpoints_are_widened_exactly() {
     let (d_in, d_out) = (77, 45);
     let src = random(d_in * d_out, 1, 31).into_vec();
     let data: Arc<[bf16]> = src.iter().map(|&v| bf16::from_f32(v)).collect();
-    let w = Weight {
-        d_in,
-        d_out,
-        layout: WeightLayout::OutIn,
-        data: WeightData::Bf16(data),
-    };
+    let w = Weight { d_in, d_out, layout: WeightLayout::OutIn, data: WeightData::Bf16(data) };
     let name = id("bf16.checkpoint");
-    assert_eq!(
-        gpu.register(name.clone(), w.clone()).unwrap().storage,
-        Precision::Bf16
-    );
+    assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::Bf16);
     cpu.register(name.clone(), w.clone()).unwrap();
     let x = random(5, d_in, 32);
     let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
@@ -467,35 +409,19 @@ fn bf16_checkpoints_are_widened_exactly() {
 /// their f16 roundings do, and the registration says so.
 #[test]
 fn bf16_checkpoints_stored_as_f16_multiply_as_their_roundings() {
-    let gpu = WgpuEngine::open(
-        "vulkan",
-        WgpuConfig {
-            bf16_weights_as: Some(Precision::F16),
-            ..WgpuConfig::default()
-        },
-    )
-    .unwrap();
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig { bf16_weights_as: Some(Precision::F16), ..WgpuConfig::default() })
+        .unwrap();
     let cpu = CpuEngine::new();
     let (d_in, d_out) = (77, 45);
     let src = random(d_in * d_out, 1, 33).into_vec();
     // Every value in f16's subnormal range (below 2⁻¹⁴), where its grid of 2⁻²⁴ is coarser
     // than bf16's bits: rounding moves the products by percents, far beyond f32 error.
     let data: Arc<[bf16]> = src.iter().map(|&v| bf16::from_f32(v * 1e-6)).collect();
-    let w = Weight {
-        d_in,
-        d_out,
-        layout: WeightLayout::OutIn,
-        data: WeightData::Bf16(data.clone()),
-    };
+    let w = Weight { d_in, d_out, layout: WeightLayout::OutIn, data: WeightData::Bf16(data.clone()) };
     let name = id("bf16.as.f16");
-    assert_eq!(
-        gpu.register(name.clone(), w.clone()).unwrap().storage,
-        Precision::F16
-    );
-    let rounded = Weight {
-        data: WeightData::F16(data.iter().map(|v| f16::from_f32(v.to_f32())).collect()),
-        ..w.clone()
-    };
+    assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::F16);
+    let rounded =
+        Weight { data: WeightData::F16(data.iter().map(|v| f16::from_f32(v.to_f32())).collect()), ..w.clone() };
     assert_ne!(dense(&rounded), dense(&w), "some value must round");
     cpu.register(name.clone(), rounded.clone()).unwrap();
     let x = random(5, d_in, 34);
@@ -515,31 +441,11 @@ fn dynamic_products_equal_cpu() {
     for (i, &(m, k, n)) in [(1, 1, 1), (3, 65, 17), (40, 33, 129)].iter().enumerate() {
         let a = random(m, k, 40 + i as u64);
         for transpose_b in [false, true] {
-            let b = if transpose_b {
-                random(n, k, 50 + i as u64)
-            } else {
-                random(k, n, 60 + i as u64)
-            };
-            let got = gpu
-                .matmul_dynamic(&plain(&a), &plain(&b), transpose_b)
-                .unwrap()
-                .into_matrix();
-            let want = cpu
-                .matmul_dynamic(&plain(&a), &plain(&b), transpose_b)
-                .unwrap()
-                .into_matrix();
-            let dense_b = if transpose_b {
-                b.transpose()
-            } else {
-                b.clone()
-            };
-            assert_product(
-                &format!("dynamic {m}x{k}x{n} t={transpose_b}"),
-                &got,
-                &want,
-                &a,
-                &dense_b,
-            );
+            let b = if transpose_b { random(n, k, 50 + i as u64) } else { random(k, n, 60 + i as u64) };
+            let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap().into_matrix();
+            let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap().into_matrix();
+            let dense_b = if transpose_b { b.transpose() } else { b.clone() };
+            assert_product(&format!("dynamic {m}x{k}x{n} t={transpose_b}"), &got, &want, &a, &dense_b);
         }
     }
 }
@@ -550,44 +456,23 @@ fn batched_dynamic_products_equal_single_ones() {
     let cpu = CpuEngine::new();
     for transpose_b in [false, true] {
         // Equal shapes (one batched dispatch) and mixed shapes (one dispatch each).
-        for shapes in [
-            vec![(9, 24, 13); 5],
-            vec![(9, 24, 13), (1, 5, 70), (33, 64, 2)],
-        ] {
+        for shapes in [vec![(9, 24, 13); 5], vec![(9, 24, 13), (1, 5, 70), (33, 64, 2)]] {
             let mats: Vec<(Matrix, Matrix)> = shapes
                 .iter()
                 .enumerate()
                 .map(|(i, &(m, k, n))| {
-                    let b = if transpose_b {
-                        random(n, k, 80 + i as u64)
-                    } else {
-                        random(k, n, 90 + i as u64)
-                    };
+                    let b = if transpose_b { random(n, k, 80 + i as u64) } else { random(k, n, 90 + i as u64) };
                     (random(m, k, 70 + i as u64), b)
                 })
                 .collect();
-            let masked: Vec<(Masked, Masked)> =
-                mats.iter().map(|(a, b)| (plain(a), plain(b))).collect();
+            let masked: Vec<(Masked, Masked)> = mats.iter().map(|(a, b)| (plain(a), plain(b))).collect();
             let pairs: Vec<(&Masked, &Masked)> = masked.iter().map(|(a, b)| (a, b)).collect();
             let got = gpu.matmul_dynamic_batched(&pairs, transpose_b).unwrap();
             assert_eq!(got.len(), pairs.len());
             for (i, (g, (a, b))) in got.iter().zip(&mats).enumerate() {
-                let want = cpu
-                    .matmul_dynamic(&plain(a), &plain(b), transpose_b)
-                    .unwrap()
-                    .into_matrix();
-                let dense_b = if transpose_b {
-                    b.transpose()
-                } else {
-                    b.clone()
-                };
-                assert_product(
-                    &format!("pair {i} t={transpose_b}"),
-                    g.matrix(),
-                    &want,
-                    a,
-                    &dense_b,
-                );
+                let want = cpu.matmul_dynamic(&plain(a), &plain(b), transpose_b).unwrap().into_matrix();
+                let dense_b = if transpose_b { b.transpose() } else { b.clone() };
+                assert_product(&format!("pair {i} t={transpose_b}"), g.matrix(), &want, a, &dense_b);
             }
         }
     }
@@ -601,9 +486,7 @@ fn softmax_rows_equals_cpu_including_masked_entries() {
     for (rows, cols) in [(1, 1), (3, 7), (50, 300), (2, 1000)] {
         let mut x = random(rows, cols, (rows * cols) as u64);
         for r in 0..rows {
-            x.as_mut_slice()[r * cols..(r + 1) * cols]
-                .iter_mut()
-                .for_each(|v| *v *= 8.0);
+            x.as_mut_slice()[r * cols..(r + 1) * cols].iter_mut().for_each(|v| *v *= 8.0);
         }
         if cols > 2 {
             x.set(0, 1, f32::NEG_INFINITY);
@@ -612,10 +495,7 @@ fn softmax_rows_equals_cpu_including_masked_entries() {
         let want = cpu.softmax_rows(&plain(&x), 0.125).unwrap().into_matrix();
         assert_eq!(got.shape(), want.shape());
         for (g, e) in got.as_slice().iter().zip(want.as_slice()) {
-            assert!(
-                (g - e).abs() <= 1e-6 + 1e-5 * e.abs(),
-                "softmax {rows}x{cols}: {g} vs {e}"
-            );
+            assert!((g - e).abs() <= 1e-6 + 1e-5 * e.abs(), "softmax {rows}x{cols}: {g} vs {e}");
         }
         for r in 0..rows {
             let s: f32 = got.row(r).iter().sum();
@@ -623,19 +503,8 @@ fn softmax_rows_equals_cpu_including_masked_entries() {
         }
     }
     // A fully masked row gives zeros, as on the CPU.
-    let x = Matrix::from_vec(
-        2,
-        3,
-        vec![
-            f32::NEG_INFINITY,
-            f32::NEG_INFINITY,
-            f32::NEG_INFINITY,
-            1.0,
-            2.0,
-            3.0,
-        ],
-    )
-    .unwrap();
+    let x =
+        Matrix::from_vec(2, 3, vec![f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, 2.0, 3.0]).unwrap();
     let got = gpu.softmax_rows(&plain(&x), 1.0).unwrap().into_matrix();
     assert_eq!(got.row(0), &[0.0, 0.0, 0.0]);
     let want = cpu.softmax_rows(&plain(&x), 1.0).unwrap().into_matrix();
@@ -650,48 +519,23 @@ fn bad_input_is_a_typed_error() {
     let w = weight(8, 4, WeightLayout::InOut, 1);
     let name = id("errors.w");
     gpu.register(name.clone(), w.clone()).unwrap();
-    assert_eq!(
-        gpu.register(name.clone(), w.clone()),
-        Err(EngineError::DuplicateWeight(name.clone()))
-    );
+    assert_eq!(gpu.register(name.clone(), w.clone()), Err(EngineError::DuplicateWeight(name.clone())));
     let short = Weight::f32(8, 4, WeightLayout::InOut, vec![0.0; 31]);
-    assert!(matches!(
-        gpu.register(id("errors.short"), short),
-        Err(EngineError::Shape { .. })
-    ));
-    assert!(matches!(
-        gpu.matmul(&plain(&random(2, 7, 1)), &name),
-        Err(EngineError::Shape { op: "matmul", .. })
-    ));
+    assert!(matches!(gpu.register(id("errors.short"), short), Err(EngineError::Shape { .. })));
+    assert!(matches!(gpu.matmul(&plain(&random(2, 7, 1)), &name), Err(EngineError::Shape { op: "matmul", .. })));
+    assert_eq!(gpu.matmul(&plain(&Matrix::zeros(0, 8)), &name).err(), Some(EngineError::Empty("matmul")));
     assert_eq!(
-        gpu.matmul(&plain(&Matrix::zeros(0, 8)), &name).err(),
-        Some(EngineError::Empty("matmul"))
-    );
-    assert_eq!(
-        gpu.matmul(&plain(&random(2, 8, 1)), &id("errors.nope"))
-            .err(),
+        gpu.matmul(&plain(&random(2, 8, 1)), &id("errors.nope")).err(),
         Some(EngineError::UnknownWeight(id("errors.nope")))
     );
     assert!(matches!(
         gpu.matmul_dynamic(&plain(&random(2, 3, 1)), &plain(&random(4, 5, 2)), false),
-        Err(EngineError::Shape {
-            op: "matmul_dynamic",
-            ..
-        })
+        Err(EngineError::Shape { op: "matmul_dynamic", .. })
     ));
-    assert_eq!(
-        gpu.softmax_rows(&plain(&Matrix::zeros(3, 0)), 1.0).err(),
-        Some(EngineError::Empty("softmax_rows"))
-    );
+    assert_eq!(gpu.softmax_rows(&plain(&Matrix::zeros(3, 0)), 1.0).err(), Some(EngineError::Empty("softmax_rows")));
     gpu.unregister(&name).unwrap();
-    assert_eq!(
-        gpu.unregister(&name),
-        Err(EngineError::UnknownWeight(name.clone()))
-    );
-    assert_eq!(
-        gpu.matmul(&plain(&random(2, 8, 1)), &name).err(),
-        Some(EngineError::UnknownWeight(name.clone()))
-    );
+    assert_eq!(gpu.unregister(&name), Err(EngineError::UnknownWeight(name.clone())));
+    assert_eq!(gpu.matmul(&plain(&random(2, 8, 1)), &name).err(), Some(EngineError::UnknownWeight(name.clone())));
     // The id is free again, and the engine still works.
     gpu.register(name.clone(), w).unwrap();
     gpu.matmul(&plain(&random(2, 8, 1)), &name).unwrap();
@@ -703,50 +547,30 @@ fn engine_specs_select_or_explain() {
     assert_eq!(open_engine("vulkan").unwrap().info().kind, "vulkan");
     assert_eq!(open_engine("vulkan:0").unwrap().info().kind, "vulkan");
     let name = shared().info().device;
-    let by_name = open_engine(&format!(
-        "vulkan:{}",
-        &name[..name.len().min(6)].to_lowercase()
-    ))
-    .unwrap();
+    let by_name = open_engine(&format!("vulkan:{}", &name[..name.len().min(6)].to_lowercase())).unwrap();
     assert_eq!(by_name.info().device, name);
     // A miss lists the adapters that do exist.
     match open_engine("vulkan:no-such-gpu") {
         Err(EngineError::NoAdapter(msg)) => assert!(msg.contains(&name), "{msg}"),
         other => panic!("expected NoAdapter, got {:?}", other.map(|e| e.info())),
     }
-    assert!(matches!(
-        open_engine("vulkan:99"),
-        Err(EngineError::NoAdapter(_))
-    ));
-    assert!(matches!(
-        open_engine("cuda"),
-        Err(EngineError::NoAdapter(_))
-    ));
+    assert!(matches!(open_engine("vulkan:99"), Err(EngineError::NoAdapter(_))));
+    assert!(matches!(open_engine("cuda"), Err(EngineError::NoAdapter(_))));
     assert!(!kernels_wgpu::adapters().is_empty());
 }
 
 #[test]
 fn out_of_budget_weights_are_refused_with_a_typed_error() {
-    let gpu = WgpuEngine::open(
-        "vulkan",
-        WgpuConfig {
-            memory_budget: Some(64 << 10),
-            ..WgpuConfig::default()
-        },
-    )
-    .unwrap();
-    gpu.register(id("budget.a"), weight(64, 128, WeightLayout::OutIn, 1))
-        .unwrap(); // 32 KiB
+    let gpu =
+        WgpuEngine::open("vulkan", WgpuConfig { memory_budget: Some(64 << 10), ..WgpuConfig::default() }).unwrap();
+    gpu.register(id("budget.a"), weight(64, 128, WeightLayout::OutIn, 1)).unwrap(); // 32 KiB
     assert_eq!(gpu.resident_bytes(), 32 << 10);
-    let err = gpu
-        .register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2))
-        .unwrap_err();
+    let err = gpu.register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2)).unwrap_err();
     assert!(matches!(err, EngineError::OutOfMemory(_)), "{err:?}");
     // Freeing makes room.
     gpu.unregister(&id("budget.a")).unwrap();
     assert_eq!(gpu.resident_bytes(), 0);
-    gpu.register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2))
-        .unwrap();
+    gpu.register(id("budget.b"), weight(64, 160, WeightLayout::OutIn, 2)).unwrap();
 }
 
 #[test]
@@ -758,22 +582,10 @@ fn a_lost_device_keeps_reporting_device_lost() {
     gpu.matmul(&plain(&x), &id("lost.w")).unwrap();
     gpu.lose_device();
     for _ in 0..2 {
-        assert!(matches!(
-            gpu.matmul(&plain(&x), &id("lost.w")),
-            Err(EngineError::DeviceLost(_))
-        ));
-        assert!(matches!(
-            gpu.register(id("lost.v"), w.clone()),
-            Err(EngineError::DeviceLost(_))
-        ));
-        assert!(matches!(
-            gpu.softmax_rows(&plain(&x), 1.0),
-            Err(EngineError::DeviceLost(_))
-        ));
-        assert!(matches!(
-            gpu.matmul_dynamic(&plain(&x), &plain(&x), true),
-            Err(EngineError::DeviceLost(_))
-        ));
+        assert!(matches!(gpu.matmul(&plain(&x), &id("lost.w")), Err(EngineError::DeviceLost(_))));
+        assert!(matches!(gpu.register(id("lost.v"), w.clone()), Err(EngineError::DeviceLost(_))));
+        assert!(matches!(gpu.softmax_rows(&plain(&x), 1.0), Err(EngineError::DeviceLost(_))));
+        assert!(matches!(gpu.matmul_dynamic(&plain(&x), &plain(&x), true), Err(EngineError::DeviceLost(_))));
     }
     // Description still works: a service reports what it lost.
     assert_eq!(gpu.info().kind, "vulkan");
@@ -794,14 +606,8 @@ fn concurrent_callers_each_get_their_own_product() {
                 for i in 0..8u64 {
                     let rows = 1 + ((t * 8 + i) % 13) as usize;
                     let x = random(rows, 48, 1000 + t * 100 + i);
-                    let got = gpu
-                        .matmul(&plain(&x), &id("threads.w"))
-                        .unwrap()
-                        .into_matrix();
-                    let want = cpu
-                        .matmul(&plain(&x), &id("threads.w"))
-                        .unwrap()
-                        .into_matrix();
+                    let got = gpu.matmul(&plain(&x), &id("threads.w")).unwrap().into_matrix();
+                    let want = cpu.matmul(&plain(&x), &id("threads.w")).unwrap().into_matrix();
                     assert_product(&format!("thread {t} call {i}"), &got, &want, &x, dense_w);
                 }
             });
@@ -811,14 +617,7 @@ fn concurrent_callers_each_get_their_own_product() {
 
 #[test]
 fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
-    let gpu = WgpuEngine::open(
-        "vulkan",
-        WgpuConfig {
-            autotune: Some(true),
-            ..WgpuConfig::default()
-        },
-    )
-    .unwrap();
+    let gpu = WgpuEngine::open("vulkan", WgpuConfig { autotune: Some(true), ..WgpuConfig::default() }).unwrap();
     let cpu = CpuEngine::new();
     let w = weight(40, 72, WeightLayout::OutIn, 3);
     gpu.register(id("tune.w"), w.clone()).unwrap();
@@ -844,14 +643,8 @@ fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
     let classes: Vec<usize> = gpu.tuned_plans().iter().map(|t| t.0).collect();
     assert_eq!(classes, [8, 36, 64, 72], "{:?}", gpu.tuned_plans());
     let (a, b) = (random(6, 9, 1), random(11, 9, 2));
-    let got = gpu
-        .matmul_dynamic(&plain(&a), &plain(&b), true)
-        .unwrap()
-        .into_matrix();
-    let want = cpu
-        .matmul_dynamic(&plain(&a), &plain(&b), true)
-        .unwrap()
-        .into_matrix();
+    let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
+    let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
     assert_product("tuned dynamic", &got, &want, &a, &b.transpose());
     assert_eq!(gpu.tuned_plans().len(), 5);
 }

@@ -96,10 +96,7 @@ fn api_version_of(resource: &str) -> String {
 
 /// Resource key for an object's apiVersion and kind.
 pub fn resource_for(api_version: &str, kind: &str) -> Option<&'static str> {
-    KINDS
-        .iter()
-        .find(|(r, k)| *k == kind && api_version_of(r) == api_version)
-        .map(|(r, _)| *r)
+    KINDS.iter().find(|(r, k)| *k == kind && api_version_of(r) == api_version).map(|(r, _)| *r)
 }
 
 struct Target {
@@ -367,7 +364,8 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let body_json: Value = if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).unwrap_or(Value::Null) };
+    let body_json: Value =
+        if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).unwrap_or(Value::Null) };
     let query = uri.query().unwrap_or("").to_string();
     {
         let mut store = shared.store.lock().unwrap();
@@ -611,7 +609,8 @@ impl FakeApiServer {
         let kind = obj["kind"].as_str().unwrap_or("").to_string();
         let resource = resource_for(&api_version, &kind).unwrap_or_else(|| panic!("unserved {api_version} {kind}"));
         let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
-        let v = self.shared.store.lock().unwrap().create(resource, &ns, obj).unwrap_or_else(|_| panic!("insert failed"));
+        let v =
+            self.shared.store.lock().unwrap().create(resource, &ns, obj).unwrap_or_else(|_| panic!("insert failed"));
         let _ = self.shared.notify.send(0);
         v
     }

@@ -71,18 +71,14 @@ impl AmdGeneration {
         let all = DER.get_or_init(|| {
             Self::ALL.map(|g| {
                 // Built-in constants; a failure here is a broken build, caught by tests.
-                x509_cert::Certificate::from_pem(g.ark_pem())
-                    .and_then(|c| c.to_der())
-                    .unwrap_or_default()
+                x509_cert::Certificate::from_pem(g.ark_pem()).and_then(|c| c.to_der()).unwrap_or_default()
             })
         });
         &all[self as usize]
     }
 
     pub fn ask_der(self) -> Vec<u8> {
-        x509_cert::Certificate::from_pem(self.ask_pem())
-            .and_then(|c| c.to_der())
-            .unwrap_or_default()
+        x509_cert::Certificate::from_pem(self.ask_pem()).and_then(|c| c.to_der()).unwrap_or_default()
     }
 
     /// Generation from a report's CPUID family and model (report version 3 and later).

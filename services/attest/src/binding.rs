@@ -100,12 +100,7 @@ mod tests {
     use super::*;
 
     fn binding() -> Binding {
-        Binding {
-            model_identity: [1; 32],
-            scheme_identity: [2; 32],
-            tls_spki_sha256: [3; 32],
-            nonce: vec![4; 32],
-        }
+        Binding { model_identity: [1; 32], scheme_identity: [2; 32], tls_spki_sha256: [3; 32], nonce: vec![4; 32] }
     }
 
     #[test]
@@ -142,10 +137,7 @@ mod tests {
         let a = r#"{"mask":"haar","shield":{"k":8,"energy":4.0},"role":"embedder"}"#;
         let b = "{ \"role\" : \"embedder\",\n \"shield\": {\"energy\": 4.0, \"k\": 8}, \"mask\": \"haar\" }";
         assert_eq!(scheme_identity(a).unwrap(), scheme_identity(b).unwrap());
-        assert_eq!(
-            canonical_json(b).unwrap(),
-            r#"{"mask":"haar","role":"embedder","shield":{"energy":4.0,"k":8}}"#
-        );
+        assert_eq!(canonical_json(b).unwrap(), r#"{"mask":"haar","role":"embedder","shield":{"energy":4.0,"k":8}}"#);
     }
 
     #[test]

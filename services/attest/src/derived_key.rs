@@ -48,9 +48,8 @@ impl SnpDerivedKey {
     pub fn open() -> Result<Self> {
         #[cfg(target_os = "linux")]
         {
-            let firmware = sev::firmware::guest::Firmware::open().map_err(|e| {
-                AttestError::DerivedKey(format!("opening {}: {e}", crate::issuer::SEV_GUEST_DEVICE))
-            })?;
+            let firmware = sev::firmware::guest::Firmware::open()
+                .map_err(|e| AttestError::DerivedKey(format!("opening {}: {e}", crate::issuer::SEV_GUEST_DEVICE)))?;
             Ok(Self { firmware: std::sync::Mutex::new(firmware), vmpl: 0 })
         }
         #[cfg(not(target_os = "linux"))]
@@ -62,8 +61,9 @@ impl SnpDerivedKey {
         let key = Self::open()?;
         match std::env::var(crate::issuer::env::VMPL) {
             Ok(v) => {
-                let vmpl =
-                    v.parse().map_err(|_| AttestError::Config(format!("{}={v:?} is not a number", crate::issuer::env::VMPL)))?;
+                let vmpl = v
+                    .parse()
+                    .map_err(|_| AttestError::Config(format!("{}={v:?} is not a number", crate::issuer::env::VMPL)))?;
                 Ok(key.with_vmpl(vmpl))
             }
             Err(_) => Ok(key),
@@ -75,7 +75,6 @@ impl SnpDerivedKey {
         self.vmpl = vmpl;
         self
     }
-
 }
 
 /// The request: VCEK root, guest policy and measurement mixed in, TCB version 0.
@@ -92,7 +91,8 @@ fn request(vmpl: u32) -> sev::firmware::guest::DerivedKey {
 impl DerivedKeySource for SnpDerivedKey {
     #[cfg(target_os = "linux")]
     fn derive(&self) -> Result<[u8; 32]> {
-        let mut firmware = self.firmware.lock().map_err(|_| AttestError::DerivedKey("guest device lock poisoned".into()))?;
+        let mut firmware =
+            self.firmware.lock().map_err(|_| AttestError::DerivedKey("guest device lock poisoned".into()))?;
         // Message version 1: every SEV-SNP firmware answers it (version 2 needs 1.58 and a
         // launch mitigation vector, which this key does not select).
         firmware.get_derived_key(Some(1), request(self.vmpl)).map_err(|e| AttestError::DerivedKey(e.to_string()))

@@ -101,11 +101,7 @@ impl Evidence {
     }
 
     pub fn chain(&self) -> CertChain {
-        CertChain {
-            ark_der: self.ark_der.clone(),
-            ask_der: self.ask_der.clone(),
-            vcek_der: self.vcek_der.clone(),
-        }
+        CertChain { ark_der: self.ark_der.clone(), ask_der: self.ask_der.clone(), vcek_der: self.vcek_der.clone() }
     }
 
     /// Protobuf encoding of `gelo.v1.Evidence`.
@@ -174,9 +170,7 @@ pub fn certificate_pem(der: &[u8]) -> Result<String> {
 }
 
 fn fixed<const N: usize>(field: &str, bytes: &[u8]) -> Result<[u8; N]> {
-    bytes
-        .try_into()
-        .map_err(|_| AttestError::Encoding(format!("{field} must be {N} bytes, got {}", bytes.len())))
+    bytes.try_into().map_err(|_| AttestError::Encoding(format!("{field} must be {N} bytes, got {}", bytes.len())))
 }
 
 #[cfg(test)]
@@ -218,9 +212,6 @@ mod tests {
 
     #[test]
     fn oversized_input_is_rejected_before_decoding() {
-        assert!(matches!(
-            Evidence::from_bytes(&vec![0; MAX_EVIDENCE_BYTES + 1]),
-            Err(AttestError::Encoding(_))
-        ));
+        assert!(matches!(Evidence::from_bytes(&vec![0; MAX_EVIDENCE_BYTES + 1]), Err(AttestError::Encoding(_))));
     }
 }

@@ -361,11 +361,13 @@ impl Policy {
             .collect();
         let mut crls = Vec::new();
         for crl in self.loaded_crls()?.iter() {
-            let der = crl.list.to_der().map_err(|e| crate::VerifyError::PolicyInvalid(format!("CRL {}: {e}", crl.name)))?;
+            let der =
+                crl.list.to_der().map_err(|e| crate::VerifyError::PolicyInvalid(format!("CRL {}: {e}", crl.name)))?;
             crls.push(hex::encode(Sha256::digest(der)));
         }
         let mut value = serde_json::to_value(self).map_err(invalid)?;
-        let fields = value.as_object_mut().ok_or_else(|| crate::VerifyError::PolicyInvalid("policy is not an object".into()))?;
+        let fields =
+            value.as_object_mut().ok_or_else(|| crate::VerifyError::PolicyInvalid("policy is not an object".into()))?;
         fields.insert("trusted_roots".into(), roots.into());
         fields.insert("crls".into(), crls.into());
         Ok(Sha256::digest(canonical_json(&value)).into())
@@ -423,7 +425,9 @@ fn load_roots(roots: &[TrustedRoot]) -> std::result::Result<Vec<RootCert>, Strin
                     }
                     (IssuerKind::SevSnp, der.to_vec())
                 }
-                TrustedRoot::MockPem(pem) => (IssuerKind::Mock, pem_or_der(pem.as_bytes()).map_err(|e| format!("mock_pem: {e}"))?),
+                TrustedRoot::MockPem(pem) => {
+                    (IssuerKind::Mock, pem_or_der(pem.as_bytes()).map_err(|e| format!("mock_pem: {e}"))?)
+                }
                 TrustedRoot::MockFile(path) => {
                     let bytes = std::fs::read(path).map_err(|e| format!("mock_file {}: {e}", path.display()))?;
                     (IssuerKind::Mock, pem_or_der(&bytes).map_err(|e| format!("mock_file {}: {e}", path.display()))?)
@@ -522,9 +526,15 @@ mod tests {
         let pki = crate::MockPki::load_or_create(&dir.path().join("pki")).unwrap();
         std::fs::write(dir.path().join("ark.pem"), pki.ark_pem()).unwrap();
         let m = "ab".repeat(48);
-        std::fs::write(dir.path().join("p.yaml"), format!("trusted_roots: [{{mock_file: ark.pem}}]\nmeasurements: ['{m}']\n")).unwrap();
+        std::fs::write(
+            dir.path().join("p.yaml"),
+            format!("trusted_roots: [{{mock_file: ark.pem}}]\nmeasurements: ['{m}']\n"),
+        )
+        .unwrap();
         let from_file = Policy::from_file(dir.path().join("p.yaml")).unwrap();
-        let inline = Policy::from_yaml(&format!("trusted_roots: [{{mock_pem: {:?}}}]\nmeasurements: ['{m}']\n", pki.ark_pem())).unwrap();
+        let inline =
+            Policy::from_yaml(&format!("trusted_roots: [{{mock_pem: {:?}}}]\nmeasurements: ['{m}']\n", pki.ark_pem()))
+                .unwrap();
         assert_eq!(from_file.digest().unwrap(), inline.digest().unwrap(), "the root by content, not by path");
         let json = serde_json::to_string(&inline).unwrap();
         assert_eq!(Policy::from_json(&json).unwrap().digest().unwrap(), inline.digest().unwrap(), "a JSON round trip");
@@ -532,11 +542,16 @@ mod tests {
         let mut any = inline.clone();
         any.allow_any_measurement = true;
         assert_ne!(any.digest().unwrap(), inline.digest().unwrap());
-        let more = inline.clone().trust_mock_root_pem(crate::MockPki::load_or_create(&dir.path().join("other")).unwrap().ark_pem());
+        let more = inline
+            .clone()
+            .trust_mock_root_pem(crate::MockPki::load_or_create(&dir.path().join("other")).unwrap().ark_pem());
         assert_ne!(more.digest().unwrap(), inline.digest().unwrap());
         let masked = inline.clone().allow_protection("masked");
         assert_ne!(masked.digest().unwrap(), inline.digest().unwrap());
-        assert!(Policy::from_yaml("trusted_roots: [{mock_pem: 'x'}]").unwrap().digest().is_err(), "a root that does not load");
+        assert!(
+            Policy::from_yaml("trusted_roots: [{mock_pem: 'x'}]").unwrap().digest().is_err(),
+            "a root that does not load"
+        );
     }
 
     #[test]

@@ -45,7 +45,10 @@ impl AttestationService {
 
 #[tonic::async_trait]
 impl Attestation for AttestationService {
-    async fn get_evidence(&self, request: Request<GetEvidenceRequest>) -> Result<Response<GetEvidenceResponse>, Status> {
+    async fn get_evidence(
+        &self,
+        request: Request<GetEvidenceRequest>,
+    ) -> Result<Response<GetEvidenceResponse>, Status> {
         let nonce = request.into_inner().nonce;
         if !NONCE_LEN.contains(&nonce.len()) {
             return Err(Status::invalid_argument(format!("nonce must be 32 to 64 bytes, got {}", nonce.len())));
@@ -67,7 +70,12 @@ impl Attestation for AttestationService {
 /// `expected` (whose `nonce` field is replaced by `nonce`) and `policy`. Set
 /// `expected.tls_spki_sha256` to the connection's peer key ([`Verified::tls_spki_sha256`]
 /// of the handshake) so the answer must come from the same TLS endpoint.
-pub async fn challenge(channel: Channel, nonce: &[u8], expected: &ExpectedBinding, policy: &Policy) -> Result<Verified> {
+pub async fn challenge(
+    channel: Channel,
+    nonce: &[u8],
+    expected: &ExpectedBinding,
+    policy: &Policy,
+) -> Result<Verified> {
     if !NONCE_LEN.contains(&nonce.len()) {
         return Err(AttestError::Nonce(format!("32 to 64 bytes, got {}", nonce.len())));
     }
@@ -79,8 +87,8 @@ pub async fn challenge(channel: Channel, nonce: &[u8], expected: &ExpectedBindin
         .into_inner()
         .evidence
         .ok_or_else(|| AttestError::PeerRejected(VerifyError::EvidenceMalformed("response without evidence".into())))?;
-    let evidence =
-        Evidence::try_from(proto).map_err(|e| AttestError::PeerRejected(VerifyError::EvidenceMalformed(e.to_string())))?;
+    let evidence = Evidence::try_from(proto)
+        .map_err(|e| AttestError::PeerRejected(VerifyError::EvidenceMalformed(e.to_string())))?;
     let expected = ExpectedBinding { nonce: nonce.to_vec(), ..expected.clone() };
     Ok(Verifier::new().verify(&evidence, &expected, policy)?)
 }

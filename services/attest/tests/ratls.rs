@@ -11,9 +11,7 @@ use api::v1::attestation_server::{Attestation, AttestationServer};
 use api::v1::{GetEvidenceRequest, GetEvidenceResponse};
 use attest::ratls::danger::AttestedClientVerifier;
 use attest::ratls::{self, EVIDENCE_OID};
-use attest::{
-    AttestError, AttestationService, ExpectedPeer, Policy, ServerIdentity, ServiceClaims, VerifyError,
-};
+use attest::{AttestError, AttestationService, ExpectedPeer, Policy, ServerIdentity, ServiceClaims, VerifyError};
 use common::*;
 use rustls::ServerConfig;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -23,11 +21,8 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
 fn identity(role: &str) -> Arc<ServerIdentity> {
-    let claims = ServiceClaims {
-        model_identity: MODEL,
-        scheme_json: SCHEME.replace("embedder", role),
-        role: role.into(),
-    };
+    let claims =
+        ServiceClaims { model_identity: MODEL, scheme_json: SCHEME.replace("embedder", role), role: role.into() };
     Arc::new(ServerIdentity::generate(Arc::new(issuer()), claims).expect("identity"))
 }
 
@@ -50,7 +45,10 @@ struct Counting {
 
 #[tonic::async_trait]
 impl Attestation for Counting {
-    async fn get_evidence(&self, request: Request<GetEvidenceRequest>) -> Result<Response<GetEvidenceResponse>, Status> {
+    async fn get_evidence(
+        &self,
+        request: Request<GetEvidenceRequest>,
+    ) -> Result<Response<GetEvidenceResponse>, Status> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if let Some(clients) = &self.clients {
             let peer = clients.peer_of(&request).ok_or_else(|| Status::unauthenticated("no attested client"))?;
@@ -66,14 +64,25 @@ struct Served {
     seen_role: Arc<std::sync::Mutex<Option<String>>>,
 }
 
-async fn serve(config: Arc<ServerConfig>, evidence_from: Arc<ServerIdentity>, clients: Option<Arc<AttestedClientVerifier>>) -> Served {
+async fn serve(
+    config: Arc<ServerConfig>,
+    evidence_from: Arc<ServerIdentity>,
+    clients: Option<Arc<AttestedClientVerifier>>,
+) -> Served {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let seen_role = Arc::new(std::sync::Mutex::new(None));
-    let svc = Counting { inner: AttestationService::new(evidence_from), calls: calls.clone(), clients, seen_role: seen_role.clone() };
+    let svc = Counting {
+        inner: AttestationService::new(evidence_from),
+        calls: calls.clone(),
+        clients,
+        seen_role: seen_role.clone(),
+    };
     let incoming = ratls::serve_incoming(listener, config);
-    tokio::spawn(tonic::transport::Server::builder().add_service(AttestationServer::new(svc)).serve_with_incoming(incoming));
+    tokio::spawn(
+        tonic::transport::Server::builder().add_service(AttestationServer::new(svc)).serve_with_incoming(incoming),
+    );
     Served { addr, calls, seen_role }
 }
 
@@ -93,7 +102,8 @@ fn rejection(result: Result<ratls::AttestedChannel, AttestError>) -> VerifyError
 async fn attested_client_connects_and_challenges() {
     let server_id = identity("embedder");
     let served = serve_identity(&server_id).await;
-    let channel = ratls::connect(&served.addr.to_string(), Arc::new(policy()), expected_peer(), None).await.expect("connects");
+    let channel =
+        ratls::connect(&served.addr.to_string(), Arc::new(policy()), expected_peer(), None).await.expect("connects");
     assert_eq!(channel.peer().role(), "embedder");
     assert_eq!(channel.peer().tls_spki_sha256(), &server_id.tls_spki_sha256());
     assert_eq!(served.calls.load(Ordering::SeqCst), 0, "the handshake alone sends no request");
@@ -192,12 +202,10 @@ async fn evidence_copied_into_another_certificate_fails_before_any_request() {
     let mut params = rcgen::CertificateParams::new(vec!["embedder.gelo.invalid".into()]).unwrap();
     params.custom_extensions.push(rcgen::CustomExtension::from_oid_content(EVIDENCE_OID, victim.evidence().to_bytes()));
     let cert = params.self_signed(&key).unwrap();
-    let config = h2(
-        tls13_server()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.der().clone()], PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
-            .unwrap(),
-    );
+    let config = h2(tls13_server()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))
+        .unwrap());
     let served = serve(config, victim.clone(), None).await;
     let err = rejection(ratls::connect(&served.addr.to_string(), Arc::new(policy()), expected_peer(), None).await);
     assert_eq!(err, VerifyError::TlsKeyMismatch);
@@ -246,7 +254,8 @@ async fn mutual_mode_requires_an_attested_client() {
     assert!(fails, "a client outside the policy must not be served");
     assert_eq!(served.calls.load(Ordering::SeqCst), 0);
 
-    let channel = ratls::connect(&target, Arc::new(policy()), expected_peer(), Some(gateway)).await.expect("gateway connects");
+    let channel =
+        ratls::connect(&target, Arc::new(policy()), expected_peer(), Some(gateway)).await.expect("gateway connects");
     channel.challenge().await.expect("served");
     assert_eq!(served.seen_role.lock().unwrap().as_deref(), Some("gateway"));
 }
@@ -269,11 +278,16 @@ struct Recording {
 
 #[tonic::async_trait]
 impl Attestation for Recording {
-    async fn get_evidence(&self, request: Request<GetEvidenceRequest>) -> Result<Response<GetEvidenceResponse>, Status> {
+    async fn get_evidence(
+        &self,
+        request: Request<GetEvidenceRequest>,
+    ) -> Result<Response<GetEvidenceResponse>, Status> {
         self.nonces.lock().unwrap().push(request.get_ref().nonce.clone());
         match &self.answer {
             Answer::Honest(inner) => inner.get_evidence(request).await,
-            Answer::Stale(evidence) => Ok(Response::new(GetEvidenceResponse { evidence: Some(evidence.clone().into()) })),
+            Answer::Stale(evidence) => {
+                Ok(Response::new(GetEvidenceResponse { evidence: Some(evidence.clone().into()) }))
+            }
         }
     }
 }
@@ -418,7 +432,11 @@ async fn a_reconnect_is_challenged_before_any_request_crosses() {
     assert_eq!(nonces.len(), 2, "challenge, then request: {nonces:?}");
     assert_ne!(nonces[0], vec![0x55; 48], "the challenge came first");
     assert_eq!(nonces[1], vec![0x55; 48]);
-    assert_eq!(channel.current_peer().map(|v| v.nonce().to_vec()), Some(nonces[0].clone()), "the verdict is the challenge's");
+    assert_eq!(
+        channel.current_peer().map(|v| v.nonce().to_vec()),
+        Some(nonces[0].clone()),
+        "the verdict is the challenge's"
+    );
     drop(nonces);
     server.stop().await;
 }

@@ -113,7 +113,8 @@ fn a_tampered_crl_is_refused() {
 #[test]
 fn a_stale_crl_is_refused() {
     let now = SystemTime::now();
-    let stale = MockCrl { this_update: now - 60 * DAY, next_update: Some(now - DAY), ..MockCrl::new(MockCa::Ark, vec![]) };
+    let stale =
+        MockCrl { this_update: now - 60 * DAY, next_update: Some(now - DAY), ..MockCrl::new(MockCa::Ark, vec![]) };
     let err = verify(vec![crl(stale)]).unwrap_err();
     assert!(matches!(err, VerifyError::CrlExpired { .. }), "{err:?}");
     assert_eq!(err.reason(), "crl_expired");
@@ -130,7 +131,8 @@ fn a_stale_crl_is_refused() {
     let open_ended = MockCrl { next_update: None, ..MockCrl::new(MockCa::Ark, vec![]) };
     assert!(matches!(verify(vec![crl(open_ended)]), Err(VerifyError::CrlInvalid(d)) if d.contains("nextUpdate")));
     // Not yet issued.
-    let future = MockCrl { this_update: now + DAY, next_update: Some(now + 30 * DAY), ..MockCrl::new(MockCa::Ark, vec![]) };
+    let future =
+        MockCrl { this_update: now + DAY, next_update: Some(now + 30 * DAY), ..MockCrl::new(MockCa::Ark, vec![]) };
     assert!(matches!(verify(vec![crl(future)]), Err(VerifyError::CrlInvalid(d)) if d.contains("thisUpdate")));
 }
 
@@ -148,7 +150,8 @@ fn policy_files_name_crl_files_relative_to_themselves() {
     std::fs::write(dir.path().join("ark.pem"), fresh_pki().ark_pem()).unwrap();
     let ask = serial(fresh_pki().ask_der());
     // DER, as AMD's KDS serves it.
-    std::fs::write(dir.path().join("genoa.crl"), fresh_pki().crl(&MockCrl::new(MockCa::Ark, vec![ask])).unwrap()).unwrap();
+    std::fs::write(dir.path().join("genoa.crl"), fresh_pki().crl(&MockCrl::new(MockCa::Ark, vec![ask])).unwrap())
+        .unwrap();
     let yaml = format!(
         "trusted_roots:\n  - mock_file: ark.pem\nmeasurements:\n  - {}\ncrls:\n  - file: genoa.crl\n",
         hex::encode(default_mock_measurement())
@@ -156,7 +159,10 @@ fn policy_files_name_crl_files_relative_to_themselves() {
     std::fs::write(dir.path().join("policy.yaml"), yaml).unwrap();
     let policy = Policy::from_file(dir.path().join("policy.yaml")).unwrap();
     let err = Verifier::new().verify(&fresh_evidence(), &expected(), &policy).unwrap_err();
-    assert!(matches!(&err, VerifyError::CertificateRevoked { which: CertRole::Ask, crl, .. } if crl.ends_with("genoa.crl")), "{err:?}");
+    assert!(
+        matches!(&err, VerifyError::CertificateRevoked { which: CertRole::Ask, crl, .. } if crl.ends_with("genoa.crl")),
+        "{err:?}"
+    );
     // A CRL that does not parse fails the policy at load, not at the first connection.
     std::fs::write(dir.path().join("genoa.crl"), b"not a CRL").unwrap();
     assert!(matches!(Policy::from_file(dir.path().join("policy.yaml")), Err(attest::AttestError::Policy { .. })));

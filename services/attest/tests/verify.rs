@@ -8,7 +8,8 @@ use attest::amd::AmdGeneration;
 use attest::report::{FIELDS, REPORT_LEN, SIGNATURE_OFFSET};
 use attest::verify::{CertRole, REASONS};
 use attest::{
-    CertChain, Evidence, ExpectedBinding, Hex, IssuerKind, MockSettings, Policy, ServiceClaims, Tcb, TrustedRoot, Verifier, VerifyError, issue_evidence, issuer::default_mock_measurement,
+    CertChain, Evidence, ExpectedBinding, Hex, IssuerKind, MockSettings, Policy, ServiceClaims, Tcb, TrustedRoot,
+    Verifier, VerifyError, issue_evidence, issuer::default_mock_measurement,
 };
 use common::*;
 
@@ -83,7 +84,8 @@ fn milan_policy() -> Policy {
 
 #[test]
 fn real_amd_milan_report_and_chain_verify() {
-    let v = in_2025().verify_report(&milan_report(), &milan_chain(), &milan_policy()).expect("real AMD evidence verifies");
+    let v =
+        in_2025().verify_report(&milan_report(), &milan_chain(), &milan_policy()).expect("real AMD evidence verifies");
     assert_eq!(v.issuer(), IssuerKind::SevSnp);
     assert_eq!(v.root(), "amd-milan");
     assert_eq!(v.report_version(), 2);
@@ -228,7 +230,10 @@ fn truncated_and_oversized_inputs_are_rejected() {
             };
             let keep = if cut == 0 { 0 } else { der.len() - cut };
             der.truncate(keep);
-            assert!(matches!(reject(&e), VerifyError::CertificateMalformed { which: w, .. } if w == which), "{which} -{cut}");
+            assert!(
+                matches!(reject(&e), VerifyError::CertificateMalformed { which: w, .. } if w == which),
+                "{which} -{cut}"
+            );
         }
     }
 
@@ -237,7 +242,12 @@ fn truncated_and_oversized_inputs_are_rejected() {
     for cut in [1, 10, bytes.len() / 2, bytes.len() - 1] {
         let err = v.verify_bytes(&bytes[..bytes.len() - cut], &expected(), &policy()).unwrap_err();
         assert!(
-            matches!(err, VerifyError::EvidenceMalformed(_) | VerifyError::ReportLength { .. } | VerifyError::CertificateMalformed { .. }),
+            matches!(
+                err,
+                VerifyError::EvidenceMalformed(_)
+                    | VerifyError::ReportLength { .. }
+                    | VerifyError::CertificateMalformed { .. }
+            ),
             "cut {cut}: {err}"
         );
     }
@@ -511,7 +521,10 @@ fn model_services_must_run_the_protection_the_policy_names() {
     let mut lenient = policy().allow_protection("masked");
     lenient.masked.mask_families.push("haar".into());
     lenient.masked.min_shield_rows = 0;
-    let (e, x) = with_protocol("embedder", Some(MASKED.replace(r#""mask":"auto""#, r#""mask":"haar""#).replace(r#""rows":8"#, r#""rows":0"#)));
+    let (e, x) = with_protocol(
+        "embedder",
+        Some(MASKED.replace(r#""mask":"auto""#, r#""mask":"haar""#).replace(r#""rows":8"#, r#""rows":0"#)),
+    );
     assert!(v.verify(&e, &x, &lenient).is_ok(), "what the policy names is accepted");
     // A YAML policy lists them the same way.
     let yaml: Policy = Policy::from_yaml("protections: [sealed, masked]\nallow_any_measurement: true").unwrap();

@@ -53,15 +53,19 @@ impl Chunker {
             return Err(GatewayError::Config("chunk tokens must be at least 1".into()));
         }
         if overlap >= chunk_tokens {
-            return Err(GatewayError::Config(format!("chunk overlap {overlap} must be smaller than chunk tokens {chunk_tokens}")));
+            return Err(GatewayError::Config(format!(
+                "chunk overlap {overlap} must be smaller than chunk tokens {chunk_tokens}"
+            )));
         }
         let (mut tokenizer, model_max) = if path.is_file() {
-            let file = gguf::GgufFile::open(path).map_err(|e| GatewayError::Tokenizer(format!("{}: {e}", path.display())))?;
+            let file =
+                gguf::GgufFile::open(path).map_err(|e| GatewayError::Tokenizer(format!("{}: {e}", path.display())))?;
             let t = file.tokenizer().map_err(|e| GatewayError::Tokenizer(format!("{}: {e}", path.display())))?;
             (t.tokenizer, None)
         } else {
             let file = path.join("tokenizer.json");
-            let t = Tokenizer::from_file(&file).map_err(|e| GatewayError::Tokenizer(format!("{}: {e}", file.display())))?;
+            let t =
+                Tokenizer::from_file(&file).map_err(|e| GatewayError::Tokenizer(format!("{}: {e}", file.display())))?;
             (t, max_length(path))
         };
         // The embedder decides about length; never let the file truncate or pad offsets away.
@@ -111,7 +115,10 @@ impl Chunker {
         Ok(chunks
             .into_iter()
             .filter(|c| !c.text.trim().is_empty())
-            .map(|c| Planned { text: c.text.to_string(), embed_input: if prefix { with_title(c.text) } else { c.text.to_string() } })
+            .map(|c| Planned {
+                text: c.text.to_string(),
+                embed_input: if prefix { with_title(c.text) } else { c.text.to_string() },
+            })
             .collect())
     }
 }

@@ -121,7 +121,8 @@ impl DocStore {
         let v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| GatewayError::Config(format!("{}: {e}", path.display())))?;
         let dim = v.get("dimension").and_then(|d| d.as_u64()).filter(|&d| d > 0);
-        dim.map(|d| Some(d as usize)).ok_or_else(|| GatewayError::Config(format!("{}: no positive `dimension`", path.display())))
+        dim.map(|d| Some(d as usize))
+            .ok_or_else(|| GatewayError::Config(format!("{}: no positive `dimension`", path.display())))
     }
 
     /// The store if it exists yet.
@@ -141,10 +142,13 @@ impl DocStore {
         if self.recorded_dimension()?.is_none() {
             write_durably(&self.dir.join(DIMENSION_FILE), format!("{{\"dimension\": {dim}}}\n").as_bytes())?;
         }
-        let store = Arc::new(EncryptedRedbStore::open(self.dir.join(STORE_FILE), &self.key, dim).map_err(|e| match e {
-            store::StoreError::DimensionMismatch { expected, got } => GatewayError::DimensionMismatch { expected, got },
-            other => other.into(),
-        })?);
+        let store =
+            Arc::new(EncryptedRedbStore::open(self.dir.join(STORE_FILE), &self.key, dim).map_err(|e| match e {
+                store::StoreError::DimensionMismatch { expected, got } => {
+                    GatewayError::DimensionMismatch { expected, got }
+                }
+                other => other.into(),
+            })?);
         *opened = Some(store.clone());
         Ok(store)
     }
@@ -200,12 +204,14 @@ mod tests {
         s.get_or_create(4).unwrap();
         drop(s);
         // The same launch derives the same key: the store reopens.
-        let again = DocStore::open(&data, derived_sealing_key(&SeededDerivedKey::new(b"measurement A")).unwrap()).unwrap();
+        let again =
+            DocStore::open(&data, derived_sealing_key(&SeededDerivedKey::new(b"measurement A")).unwrap()).unwrap();
         assert_eq!(again.get().expect("opened at start").dimension(), 4);
         drop(again);
         // Another image (another measurement) derives another key: the store stays shut.
         let image_b = SeededDerivedKey::new(b"measurement B");
-        let err = DocStore::open(&data, derived_sealing_key(&image_b).unwrap()).err().expect("another key must not open it");
+        let err =
+            DocStore::open(&data, derived_sealing_key(&image_b).unwrap()).err().expect("another key must not open it");
         assert!(matches!(err, GatewayError::Store(store::StoreError::WrongKey)), "{err}");
         // Nothing about the key was written next to the store.
         assert!(!data.join(KEY_FILE).exists());

@@ -11,12 +11,12 @@
 use std::time::Instant;
 
 use api::v1::Chunking;
-use axum::{extract::rejection::JsonRejection, Json};
+use axum::{Json, extract::rejection::JsonRejection};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::{
-    openai::{observe, ApiError, St},
+    openai::{ApiError, St, observe},
     pipeline::IngestDocument,
 };
 
@@ -35,7 +35,10 @@ struct NewDocument {
     title: Option<String>,
 }
 
-pub(crate) async fn add(axum::extract::State(s): St, body: Result<Json<AddRequest>, JsonRejection>) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn add(
+    axum::extract::State(s): St,
+    body: Result<Json<AddRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
     let t = Instant::now();
     let r = add_inner(&s, body).await;
     observe(&s.metrics, METHOD, t, &r);
@@ -45,7 +48,10 @@ pub(crate) async fn add(axum::extract::State(s): St, body: Result<Json<AddReques
     r.map(Json)
 }
 
-async fn add_inner(s: &crate::openai::AppState, body: Result<Json<AddRequest>, JsonRejection>) -> Result<Value, ApiError> {
+async fn add_inner(
+    s: &crate::openai::AppState,
+    body: Result<Json<AddRequest>, JsonRejection>,
+) -> Result<Value, ApiError> {
     let Json(req) = body?;
     if req.documents.is_empty() {
         return Err(ApiError::invalid("documents is empty").param("documents"));
@@ -54,7 +60,13 @@ async fn add_inner(s: &crate::openai::AppState, body: Result<Json<AddRequest>, J
     let stored_before = |n: u32| format!("{n} documents were stored before this");
     for d in req.documents {
         let title = d.title.unwrap_or_else(|| title_of(&d.name, &d.text));
-        let doc = IngestDocument { id: d.name, title, text: d.text, metadata: Default::default(), chunking: Chunking::Tokens };
+        let doc = IngestDocument {
+            id: d.name,
+            title,
+            text: d.text,
+            metadata: Default::default(),
+            chunking: Chunking::Tokens,
+        };
         if let Err(e) = ingest.add(doc).await {
             return Err(ApiError::from(e).context(stored_before(ingest.documents)));
         }
@@ -62,7 +74,8 @@ async fn add_inner(s: &crate::openai::AppState, body: Result<Json<AddRequest>, J
     if let Err(e) = ingest.flush().await {
         return Err(ApiError::from(e).context(stored_before(ingest.documents)));
     }
-    let documents: Vec<Value> = ingest.stored().iter().map(|(id, chunks)| json!({ "id": id, "chunks": chunks })).collect();
+    let documents: Vec<Value> =
+        ingest.stored().iter().map(|(id, chunks)| json!({ "id": id, "chunks": chunks })).collect();
     let skipped: Vec<Value> = ingest.skipped.iter().map(|k| json!({ "id": k.id, "reason": k.reason })).collect();
     Ok(json!({ "documents": documents, "chunks": ingest.chunks, "skipped": skipped }))
 }

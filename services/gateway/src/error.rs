@@ -32,7 +32,9 @@ pub enum GatewayError {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     /// The embedder returned vectors of another dimension than the store holds.
-    #[error("the embedder returns {got}-dimensional vectors but the store holds {expected}: a different embedding model than the one that built the store")]
+    #[error(
+        "the embedder returns {got}-dimensional vectors but the store holds {expected}: a different embedding model than the one that built the store"
+    )]
     DimensionMismatch { expected: usize, got: usize },
     #[error("routing table: {0}")]
     Routes(String),
@@ -126,7 +128,9 @@ mod tests {
 
     #[test]
     fn fail_closed_is_unavailable_and_names_the_role_and_reason() {
-        let s: Status = GatewayError::NoBackend { role: Role::Generator, reason: "127.0.0.1:1: measurement_not_allowed".into() }.into();
+        let s: Status =
+            GatewayError::NoBackend { role: Role::Generator, reason: "127.0.0.1:1: measurement_not_allowed".into() }
+                .into();
         assert_eq!(s.code(), Code::Unavailable);
         assert!(s.message().contains("generator"), "{}", s.message());
         assert!(s.message().contains("measurement_not_allowed"), "{}", s.message());

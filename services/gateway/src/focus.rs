@@ -64,11 +64,7 @@ pub fn units(text: &str) -> Vec<String> {
         paragraph.push_str(line);
     }
     flush(&mut paragraph, &mut blocks);
-    blocks
-        .into_iter()
-        .map(|u| cut(u.trim(), MAX_UNIT_CHARS))
-        .filter(|u| u.split_whitespace().count() >= 3)
-        .collect()
+    blocks.into_iter().map(|u| cut(u.trim(), MAX_UNIT_CHARS)).filter(|u| u.split_whitespace().count() >= 3).collect()
 }
 
 /// Whether `unit` quotes `question` (case and spacing aside): such a unit — an example
@@ -145,7 +141,8 @@ pub struct Excerpt {
 pub fn excerpts(passage_units: &[Vec<String>], scores: &[Vec<f32>], per_passage: usize) -> Vec<Excerpt> {
     let mut out: Vec<Excerpt> = Vec::new();
     for (i, (units, scores)) in passage_units.iter().zip(scores).enumerate() {
-        let Some((best, &score)) = scores.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0))) else {
+        let Some((best, &score)) = scores.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+        else {
             continue;
         };
         let end = (best + per_passage.max(1)).min(units.len());

@@ -3,8 +3,8 @@
 use std::{pin::Pin, sync::Arc, time::Instant};
 
 use api::v1::{
-    query_response::Event, rag_server, Backend, Citations, DeleteRequest, DeleteResponse, Document, IngestSummary, Passage, Passages,
-    QueryRequest, QueryResponse, SearchRequest, SearchResponse, StatsRequest, StatsResponse,
+    Backend, Citations, DeleteRequest, DeleteResponse, Document, IngestSummary, Passage, Passages, QueryRequest,
+    QueryResponse, SearchRequest, SearchResponse, StatsRequest, StatsResponse, query_response::Event, rag_server,
 };
 use futures::{Stream, StreamExt};
 use server::Metrics;
@@ -75,7 +75,8 @@ impl rag_server::Rag for RagService {
         let mut docs = request.into_inner();
         let mut ingest = self.pipeline.ingest();
         let result: Result<IngestSummary, Status> = async {
-            let stored_so_far = |i: &crate::pipeline::Ingest| format!("{} documents were stored before this", i.documents);
+            let stored_so_far =
+                |i: &crate::pipeline::Ingest| format!("{} documents were stored before this", i.documents);
             while let Some(doc) = docs.message().await? {
                 if let Err(e) = ingest.add(doc.into()).await {
                     let s: Status = e.into();
@@ -86,7 +87,11 @@ impl rag_server::Rag for RagService {
                 let s: Status = e.into();
                 return Err(Status::new(s.code(), format!("{}; {}", s.message(), stored_so_far(&ingest))));
             }
-            Ok(IngestSummary { documents: ingest.documents, chunks: ingest.chunks, skipped: std::mem::take(&mut ingest.skipped) })
+            Ok(IngestSummary {
+                documents: ingest.documents,
+                chunks: ingest.chunks,
+                skipped: std::mem::take(&mut ingest.skipped),
+            })
         }
         .await;
         self.observe("Ingest", t, &result);
@@ -100,7 +105,10 @@ impl rag_server::Rag for RagService {
             .pipeline
             .search(&r.query, r.top_k, r.rerank)
             .await
-            .map(|(hits, timings)| SearchResponse { passages: hits.iter().map(passage).collect(), timings: Some(timings.into()) })
+            .map(|(hits, timings)| SearchResponse {
+                passages: hits.iter().map(passage).collect(),
+                timings: Some(timings.into()),
+            })
             .map_err(Status::from);
         self.observe("Search", t, &result);
         result.map(Response::new)

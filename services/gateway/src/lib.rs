@@ -33,15 +33,15 @@ pub mod trust;
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
-use attest::{ratls::danger::AttestedClientVerifier, ExpectedPeer, IssuerKind, Policy, ServerIdentity, ServiceClaims};
+use attest::{ExpectedPeer, IssuerKind, Policy, ServerIdentity, ServiceClaims, ratls::danger::AttestedClientVerifier};
 use futures::FutureExt;
 use server::{
-    serve::{health, ready_line, serve, ServeOptions, Transport},
     Metrics,
+    serve::{ServeOptions, Transport, health, ready_line, serve},
 };
 use tokio::net::TcpListener;
 
-pub use backends::{routes::RoutesSource, BackendSpec, BackendStatus, Pool, Trust, VerifyTiming};
+pub use backends::{BackendSpec, BackendStatus, Pool, Trust, VerifyTiming, routes::RoutesSource};
 pub use error::{GatewayError, Result};
 pub use pipeline::{Pipeline, Settings};
 pub use roles::Role;
@@ -113,7 +113,9 @@ async fn backend_policy(cfg: &GatewayConfig) -> Result<Policy> {
         (Some(p), _) => Ok(Policy::from_file(p)?),
         (None, Some(RoutesSource::File { policy: Some(p), .. })) => Ok(Policy::from_file(p)?),
         #[cfg(feature = "kubernetes")]
-        (None, Some(RoutesSource::ConfigMap { name, namespace })) => backends::routes::configmap_policy(name, namespace).await,
+        (None, Some(RoutesSource::ConfigMap { name, namespace })) => {
+            backends::routes::configmap_policy(name, namespace).await
+        }
         _ => Err(GatewayError::Config("a policy is required (--policy FILE) to verify backends".into())),
     }
 }
@@ -130,7 +132,8 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     let (identity_bytes, chunker) = tokio::task::spawn_blocking({
         let cfg = cfg.clone();
         move || -> Result<([u8; 32], chunker::Chunker)> {
-            let (_, manifest) = models::Manifest::of_path(&model).map_err(|e| GatewayError::Config(format!("model {}: {e}", model.display())))?;
+            let (_, manifest) = models::Manifest::of_path(&model)
+                .map_err(|e| GatewayError::Config(format!("model {}: {e}", model.display())))?;
             let id = manifest.identity().0;
             if let Some(want) = cfg.expect_identity
                 && want != id
@@ -187,7 +190,14 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
             all.extend(specs);
             pool.set_backends(&all);
             let follow_policy = watch_policy.and(policy.clone());
-            Some(backends::routes::follow_file(pool.clone(), routes.clone(), follow_policy, policy_digest, *poll, fingerprint))
+            Some(backends::routes::follow_file(
+                pool.clone(),
+                routes.clone(),
+                follow_policy,
+                policy_digest,
+                *poll,
+                fingerprint,
+            ))
         }
         #[cfg(feature = "kubernetes")]
         Some(RoutesSource::ConfigMap { name, namespace }) => {
@@ -206,11 +216,13 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     }
 
     // 6. The RAG flow and its two front doors.
-    let pipeline = Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings: cfg.settings.clone() });
+    let pipeline =
+        Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings: cfg.settings.clone() });
     let metrics = Metrics::new("gateway");
     let routes = tonic::service::Routes::new(grpc::RagService::new(pipeline.clone(), metrics.clone()).into_server());
 
-    let listener = TcpListener::bind(cfg.listen).await.map_err(|e| GatewayError::Serve(format!("binding {}: {e}", cfg.listen)))?;
+    let listener =
+        TcpListener::bind(cfg.listen).await.map_err(|e| GatewayError::Serve(format!("binding {}: {e}", cfg.listen)))?;
     let metrics_listener = match cfg.metrics_listen {
         Some(a) => Some(TcpListener::bind(a).await.map_err(|e| GatewayError::Serve(format!("binding {a}: {e}")))?),
         None => None,
@@ -226,11 +238,15 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
         None => None,
     };
     let transport = if cfg.insecure {
-        tracing::warn!("INSECURE: plaintext gRPC to clients, the gateway is not attested to them; for local testing only");
+        tracing::warn!(
+            "INSECURE: plaintext gRPC to clients, the gateway is not attested to them; for local testing only"
+        );
         Transport::Insecure
     } else {
         let clients = match &cfg.client_policy {
-            Some(p) => Some(Arc::new(AttestedClientVerifier::new(Arc::new(Policy::from_file(p)?), ExpectedPeer::default()))),
+            Some(p) => {
+                Some(Arc::new(AttestedClientVerifier::new(Arc::new(Policy::from_file(p)?), ExpectedPeer::default())))
+            }
             None => None,
         };
         Transport::RaTls { identity: identity.clone(), clients }

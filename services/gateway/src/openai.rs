@@ -28,19 +28,19 @@ use std::{
 
 use api::v1::{ChatMessage, FinishReason, GenerateRequest};
 use axum::{
-    extract::{rejection::JsonRejection, DefaultBodyLimit, State},
+    Json, Router,
+    extract::{DefaultBodyLimit, State, rejection::JsonRejection},
     http::StatusCode,
     response::{
-        sse::{Event, KeepAlive, Sse},
         IntoResponse, Response,
+        sse::{Event, KeepAlive, Sse},
     },
     routing::{get, post},
-    Json, Router,
 };
 use base64::Engine as _;
 use futures::StreamExt;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use server::Metrics;
 use tonic::Code;
 
@@ -75,9 +75,16 @@ pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
         .route("/v1/documents", post(crate::documents::add))
         .route("/v1/trust", get(crate::trust::report))
         .merge(crate::console::routes())
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route") })
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route")
+        })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", "method not allowed on this route")
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::new(AppState { pipeline, metrics }))
@@ -120,7 +127,13 @@ impl ApiError {
     }
 
     fn unknown_model(model: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found", format!("The model `{model}` does not exist")).param("model")
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!("The model `{model}` does not exist"),
+        )
+        .param("model")
     }
 
     fn body(&self) -> Value {
@@ -150,12 +163,20 @@ impl From<GatewayError> for ApiError {
         let message = e.to_string();
         match e.code() {
             Code::InvalidArgument | Code::OutOfRange => Self::invalid(message),
-            Code::FailedPrecondition => Self::new(StatusCode::CONFLICT, "invalid_request_error", "failed_precondition", message),
+            Code::FailedPrecondition => {
+                Self::new(StatusCode::CONFLICT, "invalid_request_error", "failed_precondition", message)
+            }
             Code::NotFound => Self::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", message),
-            Code::ResourceExhausted => Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "overloaded", message),
-            Code::Unavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "service_unavailable", message),
+            Code::ResourceExhausted => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "overloaded", message)
+            }
+            Code::Unavailable => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "service_unavailable", message)
+            }
             Code::DeadlineExceeded => Self::new(StatusCode::GATEWAY_TIMEOUT, "server_error", "timeout", message),
-            Code::DataLoss => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "integrity_failure", message),
+            Code::DataLoss => {
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "integrity_failure", message)
+            }
             _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal_error", message),
         }
     }
@@ -164,12 +185,18 @@ impl From<GatewayError> for ApiError {
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         match r {
-            JsonRejection::MissingJsonContentType(_) => {
-                Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid_request_error", "unsupported_media_type", "send Content-Type: application/json")
-            }
-            JsonRejection::BytesRejection(b) if b.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request_too_large", format!("the request body exceeds {MAX_BODY} bytes"))
-            }
+            JsonRejection::MissingJsonContentType(_) => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request_error",
+                "unsupported_media_type",
+                "send Content-Type: application/json",
+            ),
+            JsonRejection::BytesRejection(b) if b.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+                format!("the request body exceeds {MAX_BODY} bytes"),
+            ),
             other => Self::invalid(format!("invalid JSON body: {}", other.body_text())),
         }
     }
@@ -217,7 +244,8 @@ async fn models(State(s): St) -> Json<Value> {
             ids.push(RAG);
         }
     }
-    let data: Vec<Value> = ids.iter().map(|id| json!({ "id": id, "object": "model", "created": 0, "owned_by": "gelo" })).collect();
+    let data: Vec<Value> =
+        ids.iter().map(|id| json!({ "id": id, "object": "model", "created": 0, "owned_by": "gelo" })).collect();
     Json(json!({ "object": "list", "data": data }))
 }
 
@@ -234,14 +262,20 @@ struct EmbeddingsRequest {
     dimensions: Option<usize>,
 }
 
-async fn embeddings(State(s): St, body: Result<Json<EmbeddingsRequest>, JsonRejection>) -> Result<Json<Value>, ApiError> {
+async fn embeddings(
+    State(s): St,
+    body: Result<Json<EmbeddingsRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
     let t = Instant::now();
     let r = embeddings_inner(&s, body).await;
     observe(&s.metrics, "openai.Embeddings", t, &r);
     r.map(Json)
 }
 
-async fn embeddings_inner(s: &AppState, body: Result<Json<EmbeddingsRequest>, JsonRejection>) -> Result<Value, ApiError> {
+async fn embeddings_inner(
+    s: &AppState,
+    body: Result<Json<EmbeddingsRequest>, JsonRejection>,
+) -> Result<Value, ApiError> {
     let Json(req) = body?;
     if req.model != EMBEDDER {
         return Err(ApiError::unknown_model(&req.model));
@@ -249,7 +283,11 @@ async fn embeddings_inner(s: &AppState, body: Result<Json<EmbeddingsRequest>, Js
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
-        Some(other) => return Err(ApiError::invalid(format!("encoding_format `{other}`: use float or base64")).param("encoding_format")),
+        Some(other) => {
+            return Err(
+                ApiError::invalid(format!("encoding_format `{other}`: use float or base64")).param("encoding_format")
+            );
+        }
     };
     let texts: Vec<String> = match req.input {
         Value::String(s) => vec![s],
@@ -257,7 +295,12 @@ async fn embeddings_inner(s: &AppState, body: Result<Json<EmbeddingsRequest>, Js
             items.into_iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect()
         }
         Value::Array(items) if items.is_empty() => return Err(ApiError::invalid("input is empty").param("input")),
-        Value::Array(_) => return Err(ApiError::invalid("input must be a string or an array of strings (token arrays are not supported)").param("input")),
+        Value::Array(_) => {
+            return Err(ApiError::invalid(
+                "input must be a string or an array of strings (token arrays are not supported)",
+            )
+            .param("input"));
+        }
         _ => return Err(ApiError::invalid("input must be a string or an array of strings").param("input")),
     };
     if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
@@ -268,7 +311,8 @@ async fn embeddings_inner(s: &AppState, body: Result<Json<EmbeddingsRequest>, Js
     if let (Some(want), Some(v)) = (req.dimensions, vectors.first())
         && want != v.len()
     {
-        return Err(ApiError::invalid(format!("dimensions {want}: this model returns {} dimensions", v.len())).param("dimensions"));
+        return Err(ApiError::invalid(format!("dimensions {want}: this model returns {} dimensions", v.len()))
+            .param("dimensions"));
     }
     let data: Vec<Value> = vectors
         .into_iter()
@@ -334,7 +378,10 @@ async fn rerank_inner(s: &AppState, body: Result<Json<RerankRequest>, JsonReject
                 Some(Value::String(s)) => s.clone(),
                 _ => return Err(ApiError::invalid(format!("documents[{i}] has no string `text`")).param("documents")),
             },
-            _ => return Err(ApiError::invalid(format!("documents[{i}] must be a string or {{\"text\": ...}}")).param("documents")),
+            _ => {
+                return Err(ApiError::invalid(format!("documents[{i}] must be a string or {{\"text\": ...}}"))
+                    .param("documents"));
+            }
         };
         if text.trim().is_empty() {
             return Err(ApiError::invalid(format!("documents[{i}] is empty")).param("documents"));
@@ -418,12 +465,16 @@ fn content_text(i: usize, v: &Value) -> Result<String, ApiError> {
             for p in parts {
                 match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
                     (Some("text"), Some(t)) => out.push_str(t),
-                    _ => return Err(ApiError::invalid(format!("messages[{i}].content: only text parts are supported")).param("messages")),
+                    _ => {
+                        return Err(ApiError::invalid(format!("messages[{i}].content: only text parts are supported"))
+                            .param("messages"));
+                    }
                 }
             }
             Ok(out)
         }
-        _ => Err(ApiError::invalid(format!("messages[{i}].content must be a string or an array of text parts")).param("messages")),
+        _ => Err(ApiError::invalid(format!("messages[{i}].content must be a string or an array of text parts"))
+            .param("messages")),
     }
 }
 
@@ -506,7 +557,11 @@ fn prepare_chat(s: &AppState, body: Result<Json<ChatRequest>, JsonRejection>) ->
     }
     for (i, m) in req.messages.iter().enumerate() {
         if !matches!(m.role.as_str(), "system" | "developer" | "user" | "assistant") {
-            return Err(ApiError::invalid(format!("messages[{i}].role `{}` is not supported (system, developer, user, assistant)", m.role)).param("messages"));
+            return Err(ApiError::invalid(format!(
+                "messages[{i}].role `{}` is not supported (system, developer, user, assistant)",
+                m.role
+            ))
+            .param("messages"));
         }
         content_text(i, &m.content)?;
     }
@@ -553,8 +608,16 @@ fn start_chat(s: &Arc<AppState>, req: ChatRequest, rag: bool) -> tokio::sync::mp
             async move { tx.send(p).await.is_ok() }
         };
         if rag {
-            let question = messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.clone()).unwrap_or_default();
-            let params = QueryParams { question, top_k: req.top_k.unwrap_or(0), max_tokens, temperature, seed: req.seed.unwrap_or(0), rerank: req.rerank };
+            let question =
+                messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.clone()).unwrap_or_default();
+            let params = QueryParams {
+                question,
+                top_k: req.top_k.unwrap_or(0),
+                max_tokens,
+                temperature,
+                seed: req.seed.unwrap_or(0),
+                rerank: req.rerank,
+            };
             let mut events = pipeline.query(params);
             let mut finish = "stop";
             while let Some(e) = events.next().await {
@@ -625,7 +688,12 @@ fn start_chat(s: &Arc<AppState>, req: ChatRequest, rag: bool) -> tokio::sync::mp
 }
 
 /// A whole (non-streamed) chat completion.
-async fn collect(mut pieces: tokio::sync::mpsc::Receiver<Result<Piece, ApiError>>, id: &str, created: u64, model: &str) -> Result<Value, ApiError> {
+async fn collect(
+    mut pieces: tokio::sync::mpsc::Receiver<Result<Piece, ApiError>>,
+    id: &str,
+    created: u64,
+    model: &str,
+) -> Result<Value, ApiError> {
     let (mut text, mut finish, mut usage, mut extra) = (String::new(), "stop", (0u32, 0u32), serde_json::Map::new());
     while let Some(p) = pieces.recv().await {
         match p? {
@@ -692,7 +760,11 @@ fn sse(
                     chunk(json!({ "role": "assistant", "content": "" }), None, Some(("passages", v)))
                 }
                 Ok(Piece::Text(text)) => {
-                    let delta = if sent_role { json!({ "content": text }) } else { json!({ "role": "assistant", "content": text }) };
+                    let delta = if sent_role {
+                        json!({ "content": text })
+                    } else {
+                        json!({ "role": "assistant", "content": text })
+                    };
                     sent_role = true;
                     chunk(delta, None, None)
                 }

@@ -14,8 +14,8 @@ use std::{
 };
 
 use api::v1::{
-    embedder_client::EmbedderClient, generator_client::GeneratorClient, reranker_client::RerankerClient, Chunking, EmbedRequest,
-    FinishReason, GenerateRequest, GenerateResponse, RerankRequest, Skipped, Usage,
+    Chunking, EmbedRequest, FinishReason, GenerateRequest, GenerateResponse, RerankRequest, Skipped, Usage,
+    embedder_client::EmbedderClient, generator_client::GeneratorClient, reranker_client::RerankerClient,
 };
 use store::VectorStore;
 use tokio::sync::mpsc;
@@ -26,8 +26,7 @@ use crate::{
     chunker::{Chunker, Planned},
     docstore::DocStore,
     error::{GatewayError, Result},
-    focus,
-    prompt,
+    focus, prompt,
     roles::Role,
 };
 
@@ -134,7 +133,10 @@ pub enum QueryEvent {
     Text(String),
     /// Token counts, and whether the answer was cut at `max_tokens`.
     Usage(Usage, bool),
-    Citations { cited: Vec<String>, unknown: Vec<String> },
+    Citations {
+        cited: Vec<String>,
+        unknown: Vec<String>,
+    },
     Timings(Timings),
 }
 
@@ -170,7 +172,11 @@ impl Pipeline {
                 self.pool.unary(Role::Embedder, |ch| {
                     let req = req.clone();
                     async move {
-                        EmbedderClient::new(ch).max_decoding_message_size(MAX_BACKEND_MESSAGE).embed(req).await.map(|r| r.into_inner())
+                        EmbedderClient::new(ch)
+                            .max_decoding_message_size(MAX_BACKEND_MESSAGE)
+                            .embed(req)
+                            .await
+                            .map(|r| r.into_inner())
                     }
                 })
             })
@@ -194,7 +200,13 @@ impl Pipeline {
         let resp = retry_busy(|| {
             self.pool.unary(Role::Reranker, |ch| {
                 let req = req.clone();
-                async move { RerankerClient::new(ch).max_decoding_message_size(MAX_BACKEND_MESSAGE).rerank(req).await.map(|r| r.into_inner()) }
+                async move {
+                    RerankerClient::new(ch)
+                        .max_decoding_message_size(MAX_BACKEND_MESSAGE)
+                        .rerank(req)
+                        .await
+                        .map(|r| r.into_inner())
+                }
             })
         })
         .await?;
@@ -211,7 +223,10 @@ impl Pipeline {
     }
 
     /// Opens a generation on a verified generator (fails over until the first message).
-    pub(crate) async fn generate(&self, req: GenerateRequest) -> Result<(Routed, Option<GenerateResponse>, tonic::Streaming<GenerateResponse>)> {
+    pub(crate) async fn generate(
+        &self,
+        req: GenerateRequest,
+    ) -> Result<(Routed, Option<GenerateResponse>, tonic::Streaming<GenerateResponse>)> {
         self.pool
             .stream(Role::Generator, |ch| {
                 let req = req.clone();
@@ -225,7 +240,11 @@ impl Pipeline {
             return Err(GatewayError::invalid(format!("{what} is empty")));
         }
         if q.len() > self.settings.max_question_bytes {
-            return Err(GatewayError::TooLarge { what: format!("{what} bytes"), got: q.len(), limit: self.settings.max_question_bytes });
+            return Err(GatewayError::TooLarge {
+                what: format!("{what} bytes"),
+                got: q.len(),
+                limit: self.settings.max_question_bytes,
+            });
         }
         Ok(())
     }
@@ -559,7 +578,8 @@ impl Ingest {
             self.skip(&doc.id[..cut], reason);
             return Ok(());
         }
-        let size = doc.text.len() + doc.title.len() + doc.metadata.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let size =
+            doc.text.len() + doc.title.len() + doc.metadata.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         if size > s.max_document_bytes {
             self.skip(&doc.id, format!("document is {size} bytes (limit {})", s.max_document_bytes));
             return Ok(());
@@ -604,14 +624,17 @@ impl Ingest {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let inputs: Vec<String> = self.pending.iter().flat_map(|d| d.passages.iter().map(|p| p.embed_input.clone())).collect();
+        let inputs: Vec<String> =
+            self.pending.iter().flat_map(|d| d.passages.iter().map(|p| p.embed_input.clone())).collect();
         let (vectors, _) = self.pipe.embed(&inputs, true).await?;
         let dim = vectors.first().map_or(0, Vec::len);
         let docstore = self.pipe.store.clone();
         let store = tokio::task::spawn_blocking(move || docstore.get_or_create(dim)).await??;
         let mut vectors = vectors.into_iter();
-        let listed: Option<Vec<(String, u32)>> =
-            self.stored.as_ref().map(|_| self.pending.iter().map(|d| (d.id.clone(), d.passages.len() as u32)).collect());
+        let listed: Option<Vec<(String, u32)>> = self
+            .stored
+            .as_ref()
+            .map(|_| self.pending.iter().map(|d| (d.id.clone(), d.passages.len() as u32)).collect());
         let docs: Vec<store::Document> = std::mem::take(&mut self.pending)
             .into_iter()
             .map(|d| store::Document {

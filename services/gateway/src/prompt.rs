@@ -43,7 +43,8 @@ pub fn messages(question: &str, sources: &[Source<'_>], max_chars: usize) -> Vec
         let body = one_line(s.text);
         let title = one_line(s.title);
         let label = n + 1;
-        let mut entry = if title.is_empty() { format!("[{label}] {body}\n") } else { format!("[{label}] {title}. {body}\n") };
+        let mut entry =
+            if title.is_empty() { format!("[{label}] {body}\n") } else { format!("[{label}] {title}. {body}\n") };
         if entry.len() > budget {
             let mut cut = budget;
             while cut > 0 && !entry.is_char_boundary(cut) {
@@ -228,7 +229,9 @@ mod tests {
     fn numbered_citations_become_ids_across_chunk_boundaries() {
         let mut r = CitationRewriter::new(vec!["4983#0".into(), "12#3".into()]);
         let mut out = String::new();
-        for piece in ["[", "2", "] Vitamin D ", "helps [1, 2] and [", "7] but [x] [1][2", "] [not a", " citation", "] end [1"] {
+        for piece in
+            ["[", "2", "] Vitamin D ", "helps [1, 2] and [", "7] but [x] [1][2", "] [not a", " citation", "] end [1"]
+        {
             out.push_str(&r.push(piece));
         }
         out.push_str(&r.finish());

@@ -39,6 +39,9 @@ impl fmt::Display for Role {
 impl FromStr for Role {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Role::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| format!("unknown role `{s}` (embedder, reranker, generator)"))
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown role `{s}` (embedder, reranker, generator)"))
     }
 }

@@ -15,8 +15,8 @@
 
 use std::time::Instant;
 
-use axum::{extract::State, Json};
-use serde_json::{json, Value};
+use axum::{Json, extract::State};
+use serde_json::{Value, json};
 use tonic::Code;
 
 use crate::{backends::BackendStatus, openai::St};

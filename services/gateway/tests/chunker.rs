@@ -40,7 +40,8 @@ fn passages_fit_the_embedder_with_their_title_and_cover_the_text() {
     assert!(body.ends_with(passages.last().unwrap().text.as_str()));
     let (mut search_from, mut covered) = (0, 0);
     for p in &passages {
-        let at = body[search_from..].find(p.text.as_str()).map(|i| i + search_from).expect("a slice of the text, in order");
+        let at =
+            body[search_from..].find(p.text.as_str()).map(|i| i + search_from).expect("a slice of the text, in order");
         assert!(at <= covered, "a gap before byte {at}");
         assert!(at + p.text.len() > covered, "a passage that adds nothing");
         covered = at + p.text.len();

@@ -5,11 +5,13 @@
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use api::v1::{embedder_server, EmbedRequest, EmbedResponse, Embedding};
-use attest::{issuer::default_mock_measurement, MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot};
-use gateway::{chunker::Chunker, docstore, BackendSpec, Pipeline, Pool, Role, Settings, VerifyTiming};
-use serde_json::{json, Value};
-use server::serve::{health, serve, ServeOptions, Transport};
+use api::v1::{EmbedRequest, EmbedResponse, Embedding, embedder_server};
+use attest::{
+    MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot, issuer::default_mock_measurement,
+};
+use gateway::{BackendSpec, Pipeline, Pool, Role, Settings, VerifyTiming, chunker::Chunker, docstore};
+use serde_json::{Value, json};
+use server::serve::{ServeOptions, Transport, health, serve};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpListener,
@@ -27,7 +29,9 @@ fn pki_dir() -> PathBuf {
 
 fn policy() -> Policy {
     let pki = MockPki::load_or_create(&pki_dir()).unwrap();
-    Policy::default().with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())]).allow_measurement(default_mock_measurement())
+    Policy::default()
+        .with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())])
+        .allow_measurement(default_mock_measurement())
 }
 
 fn minilm() -> PathBuf {
@@ -70,18 +74,33 @@ async fn start_backend(role: &str) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let routes = tonic::service::Routes::new(embedder_server::EmbedderServer::new(Fake));
-    let opts = ServeOptions { listener, transport: Transport::RaTls { identity, clients: None }, metrics_listener: None, metrics: server::Metrics::new(role) };
+    let opts = ServeOptions {
+        listener,
+        transport: Transport::RaTls { identity, clients: None },
+        metrics_listener: None,
+        metrics: server::Metrics::new(role),
+    };
     tokio::spawn(async move { serve(opts, routes, health(), std::future::pending()).await.unwrap() });
     addr
 }
 
 fn spec(role: Role, addr: SocketAddr) -> BackendSpec {
-    BackendSpec { role, endpoint: addr.to_string(), model_identity: Some(MODEL), scheme_identity: None, tls_spki_sha256: None }
+    BackendSpec {
+        role,
+        endpoint: addr.to_string(),
+        model_identity: Some(MODEL),
+        scheme_identity: None,
+        tls_spki_sha256: None,
+    }
 }
 
 /// The gateway's HTTP router over `specs`, served on loopback; returns its address.
 async fn gateway(specs: &[BackendSpec], data: &std::path::Path) -> SocketAddr {
-    let timing = VerifyTiming { interval: Duration::from_millis(300), retry: Duration::from_millis(100), timeout: Duration::from_secs(5) };
+    let timing = VerifyTiming {
+        interval: Duration::from_millis(300),
+        retry: Duration::from_millis(100),
+        timeout: Duration::from_secs(5),
+    };
     let pool = Pool::new(policy(), None, timing);
     pool.set_backends(specs);
     let key = docstore::sealing_key(&docstore::KeySource::File(data.join("sealing.key"))).unwrap();
@@ -119,7 +138,10 @@ impl Reply {
 async fn call(addr: SocketAddr, method: &str, path: &str, content_type: Option<&str>, body: &str) -> Reply {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let ct = content_type.map(|c| format!("Content-Type: {c}\r\n")).unwrap_or_default();
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.unwrap();
@@ -137,7 +159,11 @@ fn assert_error(r: &Reply, status: u16, code: &str) {
     assert_eq!(r.status, status, "{}", r.body);
     let e = &r.json()["error"];
     assert_eq!(e["code"], code, "{}", r.body);
-    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()) && e.get("type").is_some() && e.get("param").is_some(), "{}", r.body);
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()) && e.get("type").is_some() && e.get("param").is_some(),
+        "{}",
+        r.body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,22 +173,36 @@ async fn documents_go_through_the_ingest_pipeline_with_its_limits() {
     let gw = gateway(&[spec(Role::Embedder, embedder)], dir.path()).await;
 
     let long: String = (0..120).map(|i| format!("Sentence {i} is about honey bees and their waggle dance. ")).collect();
-    let r = post(gw, "/v1/documents", &json!({ "documents": [
-        { "name": "notes/bees.md", "text": "# Bees\nHoney bees dance to show where flowers are." },
-        { "name": "long.txt", "text": long },
-        { "name": "empty.txt", "text": "   " },
-        { "name": "big.txt", "text": "x".repeat(MAX_DOCUMENT_BYTES + 1) },
-        { "name": "", "text": "no name" },
-    ]}))
+    let r = post(
+        gw,
+        "/v1/documents",
+        &json!({ "documents": [
+            { "name": "notes/bees.md", "text": "# Bees\nHoney bees dance to show where flowers are." },
+            { "name": "long.txt", "text": long },
+            { "name": "empty.txt", "text": "   " },
+            { "name": "big.txt", "text": "x".repeat(MAX_DOCUMENT_BYTES + 1) },
+            { "name": "", "text": "no name" },
+        ]}),
+    )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
-    let stored: Vec<(&str, u64)> = v["documents"].as_array().unwrap().iter().map(|d| (d["id"].as_str().unwrap(), d["chunks"].as_u64().unwrap())).collect();
+    let stored: Vec<(&str, u64)> = v["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["id"].as_str().unwrap(), d["chunks"].as_u64().unwrap()))
+        .collect();
     assert_eq!(stored.len(), 2, "{v}");
     assert_eq!(stored[0], ("notes/bees.md", 1));
     assert!(stored[1].0 == "long.txt" && stored[1].1 > 1, "a long text is several passages: {v}");
     assert_eq!(v["chunks"].as_u64().unwrap(), 1 + stored[1].1);
-    let skipped: Vec<(&str, &str)> = v["skipped"].as_array().unwrap().iter().map(|k| (k["id"].as_str().unwrap(), k["reason"].as_str().unwrap())).collect();
+    let skipped: Vec<(&str, &str)> = v["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["id"].as_str().unwrap(), k["reason"].as_str().unwrap()))
+        .collect();
     assert_eq!(skipped.len(), 3, "{v}");
     assert_eq!(skipped[0], ("empty.txt", "no text"));
     assert!(skipped[1].0 == "big.txt" && skipped[1].1.contains(&format!("limit {MAX_DOCUMENT_BYTES}")), "{skipped:?}");
@@ -176,9 +216,17 @@ async fn documents_go_through_the_ingest_pipeline_with_its_limits() {
     assert_error(&post(gw, "/v1/documents", &json!({ "documents": [] })).await, 400, "invalid_request");
     assert_eq!(post(gw, "/v1/documents", &json!({ "documents": [] })).await.json()["error"]["param"], "documents");
     assert_error(&post(gw, "/v1/documents", &json!({ "documents": [{ "name": "a" }] })).await, 400, "invalid_request");
-    assert_error(&post(gw, "/v1/documents", &json!({ "documents": [{ "name": "a", "text": 7 }] })).await, 400, "invalid_request");
+    assert_error(
+        &post(gw, "/v1/documents", &json!({ "documents": [{ "name": "a", "text": 7 }] })).await,
+        400,
+        "invalid_request",
+    );
     assert_error(&post(gw, "/v1/documents", &json!(["a"])).await, 400, "invalid_request");
-    assert_error(&call(gw, "POST", "/v1/documents", Some("application/json"), "{\"documents\": [").await, 400, "invalid_request");
+    assert_error(
+        &call(gw, "POST", "/v1/documents", Some("application/json"), "{\"documents\": [").await,
+        400,
+        "invalid_request",
+    );
     assert_error(&call(gw, "POST", "/v1/documents", Some("text/plain"), "{}").await, 415, "unsupported_media_type");
     assert_error(&call(gw, "GET", "/v1/documents", None, "").await, 405, "method_not_allowed");
 }
@@ -191,7 +239,10 @@ async fn without_a_verified_embedder_adding_documents_fails_closed_with_503() {
     let r = post(gw, "/v1/documents", &json!({ "documents": [{ "name": "a.txt", "text": "Some text." }] })).await;
     assert_error(&r, 503, "service_unavailable");
     let message = r.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(message.contains("no verified embedder") && message.contains("0 documents were stored before this"), "{message}");
+    assert!(
+        message.contains("no verified embedder") && message.contains("0 documents were stored before this"),
+        "{message}"
+    );
     assert!(!message.contains("Some text"), "a document's text is never in an error: {message}");
 }
 
@@ -221,7 +272,11 @@ async fn the_trust_report_tells_verified_refused_and_unavailable_backends_apart(
     assert_eq!(roles, ["embedder", "reranker", "generator"]);
 
     let (e, r, g) = (&rows[0], &rows[1], &rows[2]);
-    assert_eq!((e["status"].as_str(), e["endpoint"].as_str()), (Some("verified"), Some(embedder.to_string().as_str())), "{e}");
+    assert_eq!(
+        (e["status"].as_str(), e["endpoint"].as_str()),
+        (Some("verified"), Some(embedder.to_string().as_str())),
+        "{e}"
+    );
     assert!(e["reason_code"].is_null() && e["reason"].is_null(), "{e}");
     assert_eq!(e["measurement"], hex::encode(default_mock_measurement()));
     assert_eq!(e["model_identity"], hex::encode(MODEL));
@@ -256,21 +311,32 @@ async fn the_console_is_served_from_the_binary_and_loads_nothing_from_elsewhere(
     assert_eq!(page.status, 200);
     assert_eq!(page.header("content-type").as_deref(), Some("text/html; charset=utf-8"));
     let csp = page.header("content-security-policy").expect("a CSP");
-    assert!(csp.contains("default-src 'none'") && csp.contains("connect-src 'self'") && csp.contains("script-src 'self'"), "{csp}");
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("connect-src 'self'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
     assert_eq!(page.header("x-content-type-options").as_deref(), Some("nosniff"));
     for id in ["doc-form", "doc-files", "ask-form", "answer", "sources", "trust-table", "trust-refresh"] {
         assert!(page.body.contains(&format!("id=\"{id}\"")), "the page has #{id}");
     }
     let mut assets = vec![page.body.clone()];
-    for (path, ct) in [("/console/console.js", "text/javascript; charset=utf-8"), ("/console/console.css", "text/css; charset=utf-8")] {
+    for (path, ct) in
+        [("/console/console.js", "text/javascript; charset=utf-8"), ("/console/console.css", "text/css; charset=utf-8")]
+    {
         let r = call(gw, "GET", path, None, "").await;
         assert_eq!((r.status, r.header("content-type").as_deref()), (200, Some(ct)), "{path}");
         assert!(page.body.contains(path), "the page loads {path}");
         assets.push(r.body);
     }
     for a in &assets {
-        assert!(!a.contains("http://") && !a.contains("https://") && !a.contains("//cdn"), "an asset names another host");
-        assert!(!a.contains("console.log") && !a.contains("innerHTML"), "no content logging, no HTML parsing of content");
+        assert!(
+            !a.contains("http://") && !a.contains("https://") && !a.contains("//cdn"),
+            "an asset names another host"
+        );
+        assert!(
+            !a.contains("console.log") && !a.contains("innerHTML"),
+            "no content logging, no HTML parsing of content"
+        );
     }
     assert!(assets[1].contains("/v1/documents") && assets[1].contains("/v1/trust") && assets[1].contains("gelo-rag"));
     assert_error(&call(gw, "GET", "/console/missing.js", None, "").await, 404, "not_found");

@@ -6,19 +6,21 @@
 
 use std::{
     path::PathBuf,
-    sync::{atomic::Ordering, Arc},
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
-use api::v1::{embedder_client::EmbedderClient, EmbedRequest};
-use attest::{issuer::default_mock_measurement, MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot};
+use api::v1::{EmbedRequest, embedder_client::EmbedderClient};
+use attest::{
+    MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot, issuer::default_mock_measurement,
+};
 use gateway::{BackendSpec, Pool, Role, VerifyTiming};
 use kernels::{CpuEngine, Engine};
 use protocol::{Executor, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
 use server::{
-    embedder::EmbedderService,
-    serve::{serve, ServeOptions, Transport},
     Health, Limits, Metrics,
+    embedder::EmbedderService,
+    serve::{ServeOptions, Transport, serve},
 };
 use tokio::net::TcpListener;
 
@@ -31,7 +33,7 @@ fn pki_dir() -> PathBuf {
 #[path = "../../server/tests/support/integrity.rs"]
 mod support;
 
-use support::{minilm, Corrupting};
+use support::{Corrupting, minilm};
 
 struct Backend {
     spec: BackendSpec,
@@ -44,7 +46,8 @@ async fn start(engine: Arc<dyn Engine>) -> Backend {
     // U-Verify at the services' default (two probes).
     let cfg = MaskedConfig { verify: Some(UVerifyConfig::default()), ..Default::default() };
     let exec: Arc<dyn Executor> = Arc::new(MaskedExecutor::new(engine, cfg).unwrap());
-    let embedder: Arc<dyn models::Embedder> = models::load_embedder(&minilm(), exec.clone(), &Default::default()).unwrap().into();
+    let embedder: Arc<dyn models::Embedder> =
+        models::load_embedder(&minilm(), exec.clone(), &Default::default()).unwrap().into();
     let identity = embedder.identity().0;
     let scheme = serde_json::json!({ "role": "embedder", "protocol": exec.scheme() });
     let claims = ServiceClaims { model_identity: identity, scheme_json: scheme.to_string(), role: "embedder".into() };
@@ -105,26 +108,42 @@ async fn verified(pool: &Pool, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_product_fails_its_request_takes_the_backend_out_and_reaches_no_client() {
-    let reference: Arc<dyn models::Embedder> =
-        models::load_embedder(&minilm(), Arc::new(PlaintextExecutor::new(Arc::new(CpuEngine::new()))), &Default::default())
-            .unwrap()
-            .into();
+    let reference: Arc<dyn models::Embedder> = models::load_embedder(
+        &minilm(),
+        Arc::new(PlaintextExecutor::new(Arc::new(CpuEngine::new()))),
+        &Default::default(),
+    )
+    .unwrap()
+    .into();
     let (corrupting, armed) = Corrupting::new(7);
     let bad = start(Arc::new(corrupting)).await;
     let good = start(Arc::new(CpuEngine::new())).await;
-    let timing = VerifyTiming { interval: Duration::from_millis(300), retry: Duration::from_millis(200), timeout: Duration::from_secs(20) };
+    let timing = VerifyTiming {
+        interval: Duration::from_millis(300),
+        retry: Duration::from_millis(200),
+        timeout: Duration::from_secs(20),
+    };
 
     // With only the corrupting backend: the client gets an error, never a vector.
     let pool = Pool::new(policy(), None, timing);
     pool.set_backends(std::slice::from_ref(&bad.spec));
     verified(&pool, 1).await;
     armed.store(true, Ordering::SeqCst);
-    let err = embed(&pool, "a question about sealed stores").await.expect_err("a wrong product must not become an answer");
+    let err =
+        embed(&pool, "a question about sealed stores").await.expect_err("a wrong product must not become an answer");
     let status: tonic::Status = err.into();
     assert_eq!(status.code(), tonic::Code::Unavailable, "{}", status.message());
     assert!(status.message().contains("integrity"), "the refusal says why: {}", status.message());
-    assert!(matches!(bad.health.state(), server::health::State::Failed(ref r) if r.contains("integrity")), "{:?}", bad.health.state());
-    assert!(bad.metrics.encode().contains("gelo_integrity_failures_total{role=\"embedder\"} 1"), "{}", bad.metrics.encode());
+    assert!(
+        matches!(bad.health.state(), server::health::State::Failed(ref r) if r.contains("integrity")),
+        "{:?}",
+        bad.health.state()
+    );
+    assert!(
+        bad.metrics.encode().contains("gelo_integrity_failures_total{role=\"embedder\"} 1"),
+        "{}",
+        bad.metrics.encode()
+    );
 
     // Both: every answer is the honest one, all from the honest backend; the corrupting one
     // stays out of rotation, reported with its reason.

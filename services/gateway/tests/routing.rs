@@ -7,16 +7,18 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     sync::{
-        atomic::{AtomicUsize, Ordering},
         Arc,
+        atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
 };
 
-use api::v1::{embedder_client::EmbedderClient, embedder_server, EmbedRequest, EmbedResponse, Embedding};
-use attest::{issuer::default_mock_measurement, MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot};
+use api::v1::{EmbedRequest, EmbedResponse, Embedding, embedder_client::EmbedderClient, embedder_server};
+use attest::{
+    MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot, issuer::default_mock_measurement,
+};
 use gateway::{BackendSpec, Pool, Role, Trust, VerifyTiming};
-use server::serve::{health, serve, ServeOptions, Transport};
+use server::serve::{ServeOptions, Transport, health, serve};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::{Request, Response, Status};
 
@@ -30,7 +32,9 @@ fn pki_dir() -> PathBuf {
 
 fn policy() -> Policy {
     let pki = MockPki::load_or_create(&pki_dir()).unwrap();
-    Policy::default().with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())]).allow_measurement(default_mock_measurement())
+    Policy::default()
+        .with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())])
+        .allow_measurement(default_mock_measurement())
 }
 
 /// Answers every text with `[id, 1]` and counts the calls it saw; a text "slow" takes 200 ms,
@@ -75,7 +79,13 @@ impl Backend {
 
     /// A backend whose attested scheme names `executor` as its protection (`None`: none);
     /// `masked` with the project's default settings.
-    async fn start_running(id: f32, role: &str, at: Option<SocketAddr>, calls: Arc<AtomicUsize>, executor: Option<&str>) -> Backend {
+    async fn start_running(
+        id: f32,
+        role: &str,
+        at: Option<SocketAddr>,
+        calls: Arc<AtomicUsize>,
+        executor: Option<&str>,
+    ) -> Backend {
         let protocol = executor.map(|x| match x {
             "masked" => masked_protocol(|_| {}),
             x => serde_json::json!({ "executor": x }),
@@ -117,7 +127,12 @@ impl Backend {
         let peak = Arc::new(AtomicUsize::new(0));
         let fake = Fake { id, calls: calls.clone(), active: Arc::default(), peak: peak.clone() };
         let routes = tonic::service::Routes::new(embedder_server::EmbedderServer::new(fake));
-        let opts = ServeOptions { listener, transport: Transport::RaTls { identity, clients: None }, metrics_listener: None, metrics: server::Metrics::new(role) };
+        let opts = ServeOptions {
+            listener,
+            transport: Transport::RaTls { identity, clients: None },
+            metrics_listener: None,
+            metrics: server::Metrics::new(role),
+        };
         let task = tokio::spawn(async move {
             serve(opts, routes, health(), async move {
                 let _ = rx.await;
@@ -136,7 +151,13 @@ impl Backend {
     }
 
     fn spec(&self) -> BackendSpec {
-        BackendSpec { role: Role::Embedder, endpoint: self.addr.to_string(), model_identity: Some(MODEL), scheme_identity: None, tls_spki_sha256: None }
+        BackendSpec {
+            role: Role::Embedder,
+            endpoint: self.addr.to_string(),
+            model_identity: Some(MODEL),
+            scheme_identity: None,
+            tls_spki_sha256: None,
+        }
     }
 }
 
@@ -170,7 +191,11 @@ async fn verified(pool: &Pool, n: usize) {
 }
 
 fn fast() -> VerifyTiming {
-    VerifyTiming { interval: Duration::from_millis(300), retry: Duration::from_millis(100), timeout: Duration::from_secs(5) }
+    VerifyTiming {
+        interval: Duration::from_millis(300),
+        retry: Duration::from_millis(100),
+        timeout: Duration::from_secs(5),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +210,10 @@ async fn requests_spread_fail_over_fail_closed_and_come_back() {
     let up = pool.status().into_iter().find(|s| s.endpoint == a.addr.to_string()).unwrap();
     assert_eq!((up.trust, up.reason_code, up.issuer.as_str()), (Trust::Verified, "", "mock"));
     assert_eq!(up.measurement, hex::encode(default_mock_measurement()));
-    assert_eq!((up.model_identity.clone(), up.expected_model_identity.clone()), (hex::encode(MODEL), hex::encode(MODEL)));
+    assert_eq!(
+        (up.model_identity.clone(), up.expected_model_identity.clone()),
+        (hex::encode(MODEL), hex::encode(MODEL))
+    );
     assert_eq!(up.chip_id.len(), 128, "{up:?}");
     assert!(up.tcb.is_some() && up.verified_age.is_some(), "{up:?}");
     assert_eq!(up.policy_sha256, hex::encode(policy().digest().unwrap()));
@@ -222,7 +250,11 @@ async fn requests_spread_fail_over_fail_closed_and_come_back() {
     };
     let s: Status = e.into();
     assert_eq!(s.code(), tonic::Code::Unavailable);
-    assert!(s.message().contains("no verified embedder") && s.message().contains(&a.addr.to_string()), "{}", s.message());
+    assert!(
+        s.message().contains("no verified embedder") && s.message().contains(&a.addr.to_string()),
+        "{}",
+        s.message()
+    );
 
     // A restarts on its port with a new key and new evidence: verified again, used again.
     let calls = a.calls.clone();
@@ -246,7 +278,10 @@ async fn calls_beyond_the_in_flight_limit_wait_in_the_gateway_and_go_to_the_leas
         let pool = pool.clone();
         tokio::spawn(async move {
             pool.unary(Role::Embedder, |ch| async move {
-                EmbedderClient::new(ch).embed(EmbedRequest { texts: vec!["slow".into()], ..Default::default() }).await.map(|r| r.into_inner())
+                EmbedderClient::new(ch)
+                    .embed(EmbedRequest { texts: vec!["slow".into()], ..Default::default() })
+                    .await
+                    .map(|r| r.into_inner())
             })
             .await
         })
@@ -367,8 +402,12 @@ async fn masked_backends_weaker_than_the_pinned_scheme_are_never_called_and_the_
     let no_shield = start(3.0, masked_protocol(|p| p["masked"]["shield"]["rows"] = 0.into())).await;
     let no_verify = start(4.0, masked_protocol(|p| p["masked"]["verify"] = serde_json::Value::Null)).await;
     let haar = start(5.0, masked_protocol(|p| p["masked"]["mask"] = "haar".into())).await;
-    let weaker = [(&plaintext, "protection_not_allowed", "plaintext"), (&no_shield, "scheme_setting_not_allowed", "protocol.masked.shield.rows"),
-        (&no_verify, "scheme_setting_not_allowed", "protocol.masked.verify.probes"), (&haar, "scheme_setting_not_allowed", "protocol.masked.mask")];
+    let weaker = [
+        (&plaintext, "protection_not_allowed", "plaintext"),
+        (&no_shield, "scheme_setting_not_allowed", "protocol.masked.shield.rows"),
+        (&no_verify, "scheme_setting_not_allowed", "protocol.masked.verify.probes"),
+        (&haar, "scheme_setting_not_allowed", "protocol.masked.mask"),
+    ];
     let mut specs = vec![conforming.spec()];
     specs.extend(weaker.iter().map(|(b, _, _)| b.spec()));
     // A policy that names masked: with the project's masked settings pinned by default.
@@ -441,7 +480,9 @@ mod configmap {
         assert_eq!(digest, policy().digest().unwrap());
         let pool = Pool::new(attested, None, fast());
         let _watch =
-            gateway::backends::routes::follow_configmap(pool.clone(), "demo-routes".into(), "rag".into(), Some(digest)).await.unwrap();
+            gateway::backends::routes::follow_configmap(pool.clone(), "demo-routes".into(), "rag".into(), Some(digest))
+                .await
+                .unwrap();
         verified(&pool, 1).await;
         assert_eq!(embed(&pool).await.unwrap(), 1.0);
 
@@ -472,12 +513,15 @@ mod configmap {
         let st = pool.status();
         let refused = st.iter().find(|s| s.endpoint == rogue.addr.to_string()).unwrap();
         assert!(!refused.verified() && refused.reason.starts_with("mock_root_not_trusted"), "{refused:?}");
-        api.update("core/v1/configmaps", "rag", "demo-routes", |o| o["data"]["policy.json"] = policy_json.clone().into());
+        api.update("core/v1/configmaps", "rag", "demo-routes", |o| {
+            o["data"]["policy.json"] = policy_json.clone().into()
+        });
 
         // B joins, A leaves.
         api.update("core/v1/configmaps", "rag", "demo-routes", |o| o["data"]["routes.json"] = routes(&[&b], 1).into());
         for _ in 0..100 {
-            if pool.specs().len() == 1 && pool.specs()[0].endpoint == b.addr.to_string() && pool.status()[0].verified() {
+            if pool.specs().len() == 1 && pool.specs()[0].endpoint == b.addr.to_string() && pool.status()[0].verified()
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -6,9 +6,7 @@
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args()
-        .nth(1)
-        .ok_or("usage: gguf_load_bench PATH.gguf")?;
+    let path = std::env::args().nth(1).ok_or("usage: gguf_load_bench PATH.gguf")?;
     let t = Instant::now();
     let file = gguf::GgufFile::open(&path)?;
     println!(
@@ -33,10 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let secs = t.elapsed().as_secs_f64();
     for (dtype, (n, s)) in &per_type {
-        println!(
-            "  {dtype:>5}: {n:>10} values in {s:.3} s ({:.0} M values/s)",
-            *n as f64 / s / 1e6
-        );
+        println!("  {dtype:>5}: {n:>10} values in {s:.3} s ({:.0} M values/s)", *n as f64 / s / 1e6);
     }
     println!(
         "dequantize all: {secs:.3} s, {elements} values ({:.0} M values/s, {:.2} GB/s of f32 out; checksum {checksum:.4})",
@@ -46,10 +41,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let t = Instant::now();
     let tok = file.tokenizer()?;
-    println!(
-        "tokenizer: {:.3} s ({} tokens)",
-        t.elapsed().as_secs_f64(),
-        tok.tokenizer.get_vocab_size(true)
-    );
+    println!("tokenizer: {:.3} s ({} tokens)", t.elapsed().as_secs_f64(), tok.tokenizer.get_vocab_size(true));
     Ok(())
 }

@@ -38,10 +38,7 @@ pub fn dequantize_into(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result
         return Err(Error::Dequantize {
             dtype,
             len: bytes.len(),
-            reason: format!(
-                "expected a whole number of {type_size}-byte blocks filling {} elements",
-                out.len()
-            ),
+            reason: format!("expected a whole number of {type_size}-byte blocks filling {} elements", out.len()),
         });
     }
     let kernel: fn(&[u8], &mut [f32]) = match dtype {
@@ -60,11 +57,7 @@ pub fn dequantize_into(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result
         GgmlType::Q6_K => q6_k,
         GgmlType::Q8_K => q8_k,
         _ => {
-            return Err(Error::Dequantize {
-                dtype,
-                len: bytes.len(),
-                reason: "no dequantizer for this type".into(),
-            });
+            return Err(Error::Dequantize { dtype, len: bytes.len(), reason: "no dequantizer for this type".into() });
         }
     };
     // Scalar types go through the same driver with "blocks" of many elements, so the kernel
@@ -74,21 +67,18 @@ pub fn dequantize_into(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result
         _ => (block, type_size),
     };
     let blocks_per_task = (ELEMENTS_PER_TASK / block).max(1);
-    out.par_chunks_mut(block * blocks_per_task)
-        .zip(bytes.par_chunks(type_size * blocks_per_task))
-        .for_each(|(out, bytes)| {
+    out.par_chunks_mut(block * blocks_per_task).zip(bytes.par_chunks(type_size * blocks_per_task)).for_each(
+        |(out, bytes)| {
             // A scalar tail shorter than 1024 elements: the kernels handle any length.
             if dtype.block_size() == 1 {
                 kernel(bytes, out);
                 return;
             }
-            for (o, b) in out
-                .chunks_exact_mut(block)
-                .zip(bytes.chunks_exact(type_size))
-            {
+            for (o, b) in out.chunks_exact_mut(block).zip(bytes.chunks_exact(type_size)) {
                 kernel(b, o);
             }
-        });
+        },
+    );
     Ok(())
 }
 
@@ -240,10 +230,7 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -372,30 +359,16 @@ mod tests {
     fn scalar_tails_are_converted() {
         // 1500 values, one full 1024-element chunk and a 476-element tail; each is a 7-bit
         // integer times a power of two, exact in both f16 and bf16.
-        let vals: Vec<f32> = (0..1500)
-            .map(|i| ((i % 200) as f32 - 100.0) * 2f32.powi(i % 7 - 3))
-            .collect();
-        let bytes: Vec<u8> = vals
-            .iter()
-            .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
-            .collect();
+        let vals: Vec<f32> = (0..1500).map(|i| ((i % 200) as f32 - 100.0) * 2f32.powi(i % 7 - 3)).collect();
+        let bytes: Vec<u8> = vals.iter().flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect();
         assert_eq!(dequantize(GgmlType::F16, &bytes).unwrap(), vals);
-        let bytes: Vec<u8> = vals
-            .iter()
-            .flat_map(|&v| ((v.to_bits() >> 16) as u16).to_le_bytes())
-            .collect();
+        let bytes: Vec<u8> = vals.iter().flat_map(|&v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect();
         assert_eq!(dequantize(GgmlType::BF16, &bytes).unwrap(), vals);
     }
 
     #[test]
     fn partial_blocks_are_refused() {
-        assert!(matches!(
-            dequantize(GgmlType::Q6_K, &[0u8; 209]),
-            Err(Error::Dequantize { .. })
-        ));
-        assert!(matches!(
-            dequantize(GgmlType::IQ2_XS, &[0u8; 74]),
-            Err(Error::Dequantize { .. })
-        ));
+        assert!(matches!(dequantize(GgmlType::Q6_K, &[0u8; 209]), Err(Error::Dequantize { .. })));
+        assert!(matches!(dequantize(GgmlType::IQ2_XS, &[0u8; 74]), Err(Error::Dequantize { .. })));
     }
 }

@@ -139,22 +139,7 @@ impl GgmlType {
     /// Whether [`crate::dequantize`] handles this type.
     pub fn can_dequantize(self) -> bool {
         use GgmlType::*;
-        matches!(
-            self,
-            F32 | F16
-                | BF16
-                | Q4_0
-                | Q4_1
-                | Q5_0
-                | Q5_1
-                | Q8_0
-                | Q2_K
-                | Q3_K
-                | Q4_K
-                | Q5_K
-                | Q6_K
-                | Q8_K
-        )
+        matches!(self, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K)
     }
 }
 

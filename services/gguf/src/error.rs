@@ -24,12 +24,7 @@ pub enum Error {
 
     /// The file ends before the structure that `what` describes.
     #[error("file truncated: {what} at byte {offset} needs {needed} bytes, {available} left")]
-    Truncated {
-        what: String,
-        offset: usize,
-        needed: u64,
-        available: usize,
-    },
+    Truncated { what: String, offset: usize, needed: u64, available: usize },
 
     /// A metadata entry is present but cannot be decoded (bad type tag, invalid UTF-8, ...).
     #[error("metadata key `{key}`: {reason}")]
@@ -39,11 +34,7 @@ pub enum Error {
     MissingKey(String),
 
     #[error("metadata key `{key}` holds {found}, expected {expected}")]
-    KeyType {
-        key: String,
-        expected: &'static str,
-        found: String,
-    },
+    KeyType { key: String, expected: &'static str, found: String },
 
     #[error("tensor `{0}` is not in the file")]
     MissingTensor(String),
@@ -57,11 +48,7 @@ pub enum Error {
 
     /// A byte buffer handed to [`crate::dequantize`] that does not fit the type.
     #[error("cannot dequantize {len} bytes as {dtype}: {reason}")]
-    Dequantize {
-        dtype: GgmlType,
-        len: usize,
-        reason: String,
-    },
+    Dequantize { dtype: GgmlType, len: usize, reason: String },
 
     /// The metadata does not describe a tokenizer this crate can rebuild.
     #[error("tokenizer from GGUF metadata: {0}")]

@@ -85,10 +85,7 @@ impl GgufFile {
     /// file length here, so later reads cannot go out of bounds.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let io = |source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |source| Error::Io { path: path.to_path_buf(), source };
         let file = File::open(path).map_err(io)?;
         // SAFETY: the map is read-only and private to this value. Like every mmap-based model
         // loader we assume the file is not truncated or rewritten while it is open; doing so
@@ -109,21 +106,11 @@ impl GgufFile {
         let mut tensors = Vec::with_capacity(header.tensors.len());
         let mut by_name = HashMap::with_capacity(header.tensors.len());
         for raw in header.tensors {
-            let (dtype, range) =
-                check_tensor(&raw, header.alignment, header.data_offset, bytes.len())?;
+            let (dtype, range) = check_tensor(&raw, header.alignment, header.data_offset, bytes.len())?;
             if by_name.insert(raw.name.clone(), tensors.len()).is_some() {
-                return Err(Error::BadTensor {
-                    name: raw.name,
-                    reason: "name appears twice".into(),
-                });
+                return Err(Error::BadTensor { name: raw.name, reason: "name appears twice".into() });
             }
-            tensors.push(TensorInfo {
-                name: raw.name,
-                ne: raw.ne,
-                dtype,
-                offset: raw.offset,
-                range,
-            });
+            tensors.push(TensorInfo { name: raw.name, ne: raw.ne, dtype, offset: raw.offset, range });
         }
         Ok(Self {
             path: None,
@@ -177,10 +164,7 @@ impl GgufFile {
     }
 
     pub fn tensor_info(&self, name: &str) -> Result<&TensorInfo> {
-        self.by_name
-            .get(name)
-            .map(|&i| &self.tensors[i])
-            .ok_or_else(|| Error::MissingTensor(name.to_string()))
+        self.by_name.get(name).map(|&i| &self.tensors[i]).ok_or_else(|| Error::MissingTensor(name.to_string()))
     }
 
     /// The tensor's stored bytes (still quantized), for callers that keep weights packed.
@@ -197,10 +181,7 @@ impl GgufFile {
     pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
         let info = self.tensor_info(name)?;
         if !info.dtype.can_dequantize() {
-            return Err(Error::UnsupportedType {
-                name: name.to_string(),
-                dtype: info.dtype,
-            });
+            return Err(Error::UnsupportedType { name: name.to_string(), dtype: info.dtype });
         }
         dequant::dequantize(info.dtype, &self.bytes[info.range.clone()])
     }

@@ -43,24 +43,13 @@ impl GgufFile {
         let key = |k: &str| format!("{arch}.{k}");
         let embedding_length = m.get_u32(&key("embedding_length"))? as usize;
         let head_count = m.get_u32(&key("attention.head_count"))? as usize;
-        let head_count_kv = m
-            .opt_u32(&key("attention.head_count_kv"))?
-            .map_or(head_count, |v| v as usize);
+        let head_count_kv = m.opt_u32(&key("attention.head_count_kv"))?.map_or(head_count, |v| v as usize);
         let default_head_dim = embedding_length.checked_div(head_count).unwrap_or(0);
-        let key_length = m
-            .opt_u32(&key("attention.key_length"))?
-            .map_or(default_head_dim, |v| v as usize);
-        let value_length = m
-            .opt_u32(&key("attention.value_length"))?
-            .map_or(default_head_dim, |v| v as usize);
+        let key_length = m.opt_u32(&key("attention.key_length"))?.map_or(default_head_dim, |v| v as usize);
+        let value_length = m.opt_u32(&key("attention.value_length"))?.map_or(default_head_dim, |v| v as usize);
         let vocab_size = match m.opt_u32(&key("vocab_size"))? {
             Some(v) => v as usize,
-            None => self
-                .tensor_info("token_embd.weight")?
-                .ne
-                .get(1)
-                .copied()
-                .unwrap_or(0) as usize,
+            None => self.tensor_info("token_embd.weight")?.ne.get(1).copied().unwrap_or(0) as usize,
         };
         Ok(LlmHparams {
             block_count: m.get_u32(&key("block_count"))? as usize,
@@ -72,9 +61,7 @@ impl GgufFile {
             key_length,
             value_length,
             rope_freq_base: m.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0),
-            rope_dimension_count: m
-                .opt_u32(&key("rope.dimension_count"))?
-                .map_or(key_length, |v| v as usize),
+            rope_dimension_count: m.opt_u32(&key("rope.dimension_count"))?.map_or(key_length, |v| v as usize),
             rms_norm_eps: m.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
             vocab_size,
             tied_embeddings: !self.has_tensor("output.weight"),

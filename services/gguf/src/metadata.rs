@@ -131,10 +131,7 @@ impl Metadata {
     /// Adds an entry; a repeated key is a malformed file (readers would disagree on which wins).
     pub(crate) fn insert(&mut self, key: String, value: Value) -> Result<()> {
         if self.index.contains_key(&key) {
-            return Err(Error::BadMetadata {
-                key,
-                reason: "key appears twice".into(),
-            });
+            return Err(Error::BadMetadata { key, reason: "key appears twice".into() });
         }
         self.index.insert(key.clone(), self.entries.len());
         self.entries.push((key, value));
@@ -163,16 +160,11 @@ impl Metadata {
     }
 
     fn require(&self, key: &str) -> Result<&Value> {
-        self.get(key)
-            .ok_or_else(|| Error::MissingKey(key.to_string()))
+        self.get(key).ok_or_else(|| Error::MissingKey(key.to_string()))
     }
 
     fn mismatch(key: &str, expected: &'static str, found: &Value) -> Error {
-        Error::KeyType {
-            key: key.to_string(),
-            expected,
-            found: found.type_name(),
-        }
+        Error::KeyType { key: key.to_string(), expected, found: found.type_name() }
     }
 
     pub fn get_str(&self, key: &str) -> Result<&str> {
@@ -249,11 +241,7 @@ impl Metadata {
     }
 
     fn array_mismatch(key: &str, expected: &'static str, found: &Array) -> Error {
-        Error::KeyType {
-            key: key.to_string(),
-            expected,
-            found: format!("array of {}", found.element_type_name()),
-        }
+        Error::KeyType { key: key.to_string(), expected, found: format!("array of {}", found.element_type_name()) }
     }
 
     /// `Ok(None)` when the key is absent; an error when it is present with another type.
@@ -273,15 +261,7 @@ impl Metadata {
         self.optional(key, Self::get_bool)
     }
 
-    fn optional<'a, T>(
-        &'a self,
-        key: &str,
-        get: impl FnOnce(&'a Self, &str) -> Result<T>,
-    ) -> Result<Option<T>> {
-        if self.contains(key) {
-            get(self, key).map(Some)
-        } else {
-            Ok(None)
-        }
+    fn optional<'a, T>(&'a self, key: &str, get: impl FnOnce(&'a Self, &str) -> Result<T>) -> Result<Option<T>> {
+        if self.contains(key) { get(self, key).map(Some) } else { Ok(None) }
     }
 }

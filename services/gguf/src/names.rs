@@ -96,16 +96,12 @@ pub fn hf_to_gguf(name: &str) -> Option<String> {
 /// `data` is row-major with `row_len` values per row (1 for a bias) and `n_head · D` rows.
 /// HF row `h·D + j·D/2 + i` is taken from GGUF row `h·D + 2i + j`.
 pub fn unpermute_qk_rows(data: &[f32], n_head: usize, row_len: usize) -> Result<Vec<f32>> {
-    permute_rows(data, n_head, row_len, |h, d, i, j| {
-        (h * d + 2 * i + j, h * d + j * d / 2 + i)
-    })
+    permute_rows(data, n_head, row_len, |h, d, i, j| (h * d + 2 * i + j, h * d + j * d / 2 + i))
 }
 
 /// The converter's direction (HF → GGUF order); the inverse of [`unpermute_qk_rows`].
 pub fn permute_qk_rows(data: &[f32], n_head: usize, row_len: usize) -> Result<Vec<f32>> {
-    permute_rows(data, n_head, row_len, |h, d, i, j| {
-        (h * d + j * d / 2 + i, h * d + 2 * i + j)
-    })
+    permute_rows(data, n_head, row_len, |h, d, i, j| (h * d + j * d / 2 + i, h * d + 2 * i + j))
 }
 
 /// `map(head, head_dim, i, j) -> (source row, destination row)`.
@@ -116,17 +112,10 @@ fn permute_rows(
     map: impl Fn(usize, usize, usize, usize) -> (usize, usize),
 ) -> Result<Vec<f32>> {
     let rows = data.len().checked_div(row_len).unwrap_or(0);
-    if n_head == 0
-        || row_len == 0
-        || !data.len().is_multiple_of(row_len)
-        || !rows.is_multiple_of(2 * n_head)
-    {
+    if n_head == 0 || row_len == 0 || !data.len().is_multiple_of(row_len) || !rows.is_multiple_of(2 * n_head) {
         return Err(Error::BadTensor {
             name: "(Q/K rows)".into(),
-            reason: format!(
-                "{} values in rows of {row_len} do not split into {n_head} heads of even size",
-                data.len()
-            ),
+            reason: format!("{} values in rows of {row_len} do not split into {n_head} heads of even size", data.len()),
         });
     }
     let d = rows / n_head;
@@ -135,8 +124,7 @@ fn permute_rows(
         for i in 0..d / 2 {
             for j in 0..2 {
                 let (src, dst) = map(h, d, i, j);
-                out[dst * row_len..(dst + 1) * row_len]
-                    .copy_from_slice(&data[src * row_len..(src + 1) * row_len]);
+                out[dst * row_len..(dst + 1) * row_len].copy_from_slice(&data[src * row_len..(src + 1) * row_len]);
             }
         }
     }
@@ -149,16 +137,12 @@ impl GgufFile {
     /// `rotate_half` order. Lets one loader serve safetensors and GGUF alike. An absent
     /// `lm_head.weight` means tied embeddings: use `model.embed_tokens.weight`.
     pub fn tensor_f32_hf(&self, hf_name: &str) -> Result<Vec<f32>> {
-        let name = hf_to_gguf(hf_name)
-            .ok_or_else(|| Error::MissingTensor(format!("{hf_name} (no GGUF equivalent)")))?;
-        let info = self
-            .tensor_info(&name)
-            .map_err(|_| Error::MissingTensor(format!("{name} (HF {hf_name})")))?;
+        let name =
+            hf_to_gguf(hf_name).ok_or_else(|| Error::MissingTensor(format!("{hf_name} (no GGUF equivalent)")))?;
+        let info = self.tensor_info(&name).map_err(|_| Error::MissingTensor(format!("{name} (HF {hf_name})")))?;
         let data = self.tensor_f32(&name)?;
-        let is_q = hf_name.ends_with("self_attn.q_proj.weight")
-            || hf_name.ends_with("self_attn.q_proj.bias");
-        let is_k = hf_name.ends_with("self_attn.k_proj.weight")
-            || hf_name.ends_with("self_attn.k_proj.bias");
+        let is_q = hf_name.ends_with("self_attn.q_proj.weight") || hf_name.ends_with("self_attn.q_proj.bias");
+        let is_k = hf_name.ends_with("self_attn.k_proj.weight") || hf_name.ends_with("self_attn.k_proj.bias");
         if !(is_q || is_k) {
             return Ok(data);
         }
@@ -166,16 +150,10 @@ impl GgufFile {
         match rope_layout(arch) {
             Some(RopeLayout::HalfSplit) => Ok(data),
             Some(RopeLayout::Interleaved) => {
-                let heads_key = if is_q {
-                    "attention.head_count"
-                } else {
-                    "attention.head_count_kv"
-                };
+                let heads_key = if is_q { "attention.head_count" } else { "attention.head_count_kv" };
                 let n_head = match self.metadata().opt_u32(&format!("{arch}.{heads_key}"))? {
                     Some(n) => n,
-                    None => self
-                        .metadata()
-                        .get_u32(&format!("{arch}.attention.head_count"))?,
+                    None => self.metadata().get_u32(&format!("{arch}.attention.head_count"))?,
                 } as usize;
                 let row_len = info.ne.first().copied().unwrap_or(1) as usize;
                 let row_len = if info.ne.len() == 1 { 1 } else { row_len };
@@ -186,9 +164,7 @@ impl GgufFile {
             }
             None => Err(Error::BadMetadata {
                 key: "general.architecture".into(),
-                reason: format!(
-                    "no known RoPE layout for `{arch}`, cannot restore HF order of {hf_name}"
-                ),
+                reason: format!("no known RoPE layout for `{arch}`, cannot restore HF order of {hf_name}"),
             }),
         }
     }
@@ -212,10 +188,7 @@ mod tests {
             let hf = gguf_to_hf(g).unwrap();
             assert_eq!(hf_to_gguf(&hf).as_deref(), Some(g), "{g} -> {hf}");
         }
-        assert_eq!(
-            gguf_to_hf("blk.12.ffn_norm.weight").unwrap(),
-            "model.layers.12.post_attention_layernorm.weight"
-        );
+        assert_eq!(gguf_to_hf("blk.12.ffn_norm.weight").unwrap(), "model.layers.12.post_attention_layernorm.weight");
         assert_eq!(gguf_to_hf("rope_freqs.weight"), None);
         assert_eq!(gguf_to_hf("blk.x.attn_q.weight"), None);
         assert_eq!(hf_to_gguf("model.layers.1.mlp.experts.0.w1"), None);
@@ -238,10 +211,7 @@ mod tests {
             }
         }
         assert_eq!(permute_qk_rows(&data, n_head, row_len).unwrap(), converter);
-        assert_eq!(
-            unpermute_qk_rows(&converter, n_head, row_len).unwrap(),
-            data
-        );
+        assert_eq!(unpermute_qk_rows(&converter, n_head, row_len).unwrap(), data);
         assert!(unpermute_qk_rows(&data[..data.len() - row_len], n_head, row_len).is_err());
     }
 
@@ -250,9 +220,7 @@ mod tests {
     #[test]
     fn interleaved_rope_matches_rotate_half_after_unpermute() {
         let (n_head, d, pos, theta) = (2usize, 8usize, 5.0f32, 10000.0f32);
-        let q_hf: Vec<f32> = (0..n_head * d)
-            .map(|x| ((x * 7 % 11) as f32 - 5.0) / 3.0)
-            .collect();
+        let q_hf: Vec<f32> = (0..n_head * d).map(|x| ((x * 7 % 11) as f32 - 5.0) / 3.0).collect();
         let q_gguf = permute_qk_rows(&q_hf, n_head, 1).unwrap();
         let angle = |i: usize| pos * theta.powf(-2.0 * i as f32 / d as f32);
         let mut rot_hf = q_hf.clone();

@@ -49,12 +49,7 @@ impl<'a> Cursor<'a> {
     /// `what` is built only on failure: it runs once per token string otherwise.
     fn take(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<&'a [u8]> {
         if n > self.remaining() as u64 {
-            return Err(Error::Truncated {
-                what: what(),
-                offset: self.pos,
-                needed: n,
-                available: self.remaining(),
-            });
+            return Err(Error::Truncated { what: what(), offset: self.pos, needed: n, available: self.remaining() });
         }
         let s = &self.buf[self.pos..self.pos + n as usize];
         self.pos += n as usize;
@@ -74,10 +69,7 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
 
-    fn string(
-        &mut self,
-        what: &dyn Fn() -> String,
-    ) -> Result<std::result::Result<String, std::string::FromUtf8Error>> {
+    fn string(&mut self, what: &dyn Fn() -> String) -> Result<std::result::Result<String, std::string::FromUtf8Error>> {
         let len = self.u64(what)?;
         let bytes = self.take(len, what)?;
         Ok(String::from_utf8(bytes.to_vec()))
@@ -103,10 +95,7 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header> {
     for i in 0..n_kv {
         let key = c
             .string(&|| format!("key of metadata entry {i}"))?
-            .map_err(|_| Error::BadMetadata {
-                key: format!("#{i}"),
-                reason: "key is not UTF-8".into(),
-            })?;
+            .map_err(|_| Error::BadMetadata { key: format!("#{i}"), reason: "key is not UTF-8".into() })?;
         let what = || format!("metadata key `{key}`");
         let type_id = c.u32(&what)?;
         let value = read_value(&mut c, type_id, &key, 0)?;
@@ -132,10 +121,7 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header> {
     for i in 0..n_tensors {
         let name = c
             .string(&|| format!("name of tensor info {i}"))?
-            .map_err(|_| Error::BadTensor {
-                name: format!("#{i}"),
-                reason: "name is not UTF-8".into(),
-            })?;
+            .map_err(|_| Error::BadTensor { name: format!("#{i}"), reason: "name is not UTF-8".into() })?;
         let what = || format!("tensor info `{name}`");
         let n_dims = c.u32(&what)?;
         if n_dims > MAX_DIMS {
@@ -144,17 +130,10 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header> {
                 reason: format!("{n_dims} dimensions, ggml allows at most {MAX_DIMS}"),
             });
         }
-        let ne = (0..n_dims)
-            .map(|_| c.u64(&what))
-            .collect::<Result<Vec<_>>>()?;
+        let ne = (0..n_dims).map(|_| c.u64(&what)).collect::<Result<Vec<_>>>()?;
         let type_id = c.u32(&what)?;
         let offset = c.u64(&what)?;
-        tensors.push(RawTensorInfo {
-            name,
-            ne,
-            type_id,
-            offset,
-        });
+        tensors.push(RawTensorInfo { name, ne, type_id, offset });
     }
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
@@ -164,13 +143,7 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header> {
         needed: data_offset,
         available: c.remaining(),
     })?;
-    Ok(Header {
-        version,
-        metadata,
-        tensors,
-        alignment,
-        data_offset,
-    })
+    Ok(Header { version, metadata, tensors, alignment, data_offset })
 }
 
 /// Size in bytes of a fixed-width GGUF scalar type, `None` for string/array/unknown.
@@ -186,10 +159,7 @@ fn scalar_size(type_id: u32) -> Option<u64> {
 
 fn read_value(c: &mut Cursor<'_>, type_id: u32, key: &str, depth: usize) -> Result<Value> {
     let what = || format!("value of metadata key `{key}`");
-    let bad = |reason: String| Error::BadMetadata {
-        key: key.to_string(),
-        reason,
-    };
+    let bad = |reason: String| Error::BadMetadata { key: key.to_string(), reason };
     Ok(match type_id {
         0 => Value::U8(c.array::<1>(&what)?[0]),
         1 => Value::I8(c.array::<1>(&what)?[0] as i8),
@@ -198,14 +168,8 @@ fn read_value(c: &mut Cursor<'_>, type_id: u32, key: &str, depth: usize) -> Resu
         4 => Value::U32(u32::from_le_bytes(c.array(&what)?)),
         5 => Value::I32(i32::from_le_bytes(c.array(&what)?)),
         6 => Value::F32(f32::from_le_bytes(c.array(&what)?)),
-        7 => Value::Bool(
-            read_bool(c.array::<1>(&what)?[0])
-                .ok_or_else(|| bad("bool byte is not 0 or 1".into()))?,
-        ),
-        8 => Value::String(
-            c.string(&what)?
-                .map_err(|_| bad("string is not UTF-8".into()))?,
-        ),
+        7 => Value::Bool(read_bool(c.array::<1>(&what)?[0]).ok_or_else(|| bad("bool byte is not 0 or 1".into()))?),
+        8 => Value::String(c.string(&what)?.map_err(|_| bad("string is not UTF-8".into()))?),
         9 => {
             if depth >= MAX_ARRAY_DEPTH {
                 return Err(bad(format!("arrays nested deeper than {MAX_ARRAY_DEPTH}")));
@@ -229,27 +193,17 @@ fn read_bool(b: u8) -> Option<bool> {
 
 fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array> {
     let what = || format!("array of metadata key `{key}`");
-    let bad = |reason: String| Error::BadMetadata {
-        key: key.to_string(),
-        reason,
-    };
+    let bad = |reason: String| Error::BadMetadata { key: key.to_string(), reason };
     let elem_type = c.u32(&what)?;
     let count = c.u64(&what)?;
 
     if let Some(size) = scalar_size(elem_type) {
-        let total = count
-            .checked_mul(size)
-            .ok_or_else(|| bad(format!("array length {count} overflows")))?;
+        let total = count.checked_mul(size).ok_or_else(|| bad(format!("array length {count} overflows")))?;
         let bytes = c.take(total, &what)?;
         let n = size as usize;
         macro_rules! decode {
             ($variant:ident, $ty:ty) => {
-                Array::$variant(
-                    bytes
-                        .chunks_exact(n)
-                        .map(|b| <$ty>::from_le_bytes(b.try_into().unwrap()))
-                        .collect(),
-                )
+                Array::$variant(bytes.chunks_exact(n).map(|b| <$ty>::from_le_bytes(b.try_into().unwrap())).collect())
             };
         }
         return Ok(match elem_type {
@@ -309,12 +263,8 @@ pub(crate) fn check_tensor(
     data_offset: usize,
     file_len: usize,
 ) -> Result<(GgmlType, std::ops::Range<usize>)> {
-    let bad = |reason: String| Error::BadTensor {
-        name: raw.name.clone(),
-        reason,
-    };
-    let dtype = GgmlType::from_id(raw.type_id)
-        .ok_or_else(|| bad(format!("unknown ggml type id {}", raw.type_id)))?;
+    let bad = |reason: String| Error::BadTensor { name: raw.name.clone(), reason };
+    let dtype = GgmlType::from_id(raw.type_id).ok_or_else(|| bad(format!("unknown ggml type id {}", raw.type_id)))?;
     let (block, type_size) = dtype.block_geometry();
     let n_elements = raw
         .ne
@@ -323,25 +273,18 @@ pub(crate) fn check_tensor(
         .ok_or_else(|| bad(format!("shape {:?} overflows", raw.ne)))?;
     let ne0 = raw.ne.first().copied().unwrap_or(1);
     if !ne0.is_multiple_of(block as u64) {
-        return Err(bad(format!(
-            "row length {ne0} is not a multiple of the {dtype} block size {block}"
-        )));
+        return Err(bad(format!("row length {ne0} is not a multiple of the {dtype} block size {block}")));
     }
     let n_bytes = (n_elements / block as u64)
         .checked_mul(type_size as u64)
         .ok_or_else(|| bad(format!("shape {:?} overflows", raw.ne)))?;
     if !raw.offset.is_multiple_of(alignment) {
-        return Err(bad(format!(
-            "data offset {} is not a multiple of the alignment {alignment}",
-            raw.offset
-        )));
+        return Err(bad(format!("data offset {} is not a multiple of the alignment {alignment}", raw.offset)));
     }
     let start = (data_offset as u64).checked_add(raw.offset);
     let end = start.and_then(|s| s.checked_add(n_bytes));
     match (start, end) {
-        (Some(start), Some(end)) if end <= file_len as u64 => {
-            Ok((dtype, start as usize..end as usize))
-        }
+        (Some(start), Some(end)) if end <= file_len as u64 => Ok((dtype, start as usize..end as usize)),
         _ => Err(bad(format!(
             "data [{} + {}, +{n_bytes} bytes) lies past the end of the file ({file_len} bytes)",
             data_offset, raw.offset

@@ -26,9 +26,7 @@ use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{
-    AddedToken, PostProcessorWrapper, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer,
-};
+use tokenizers::{AddedToken, PostProcessorWrapper, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer};
 
 use crate::error::{Error, Result};
 use crate::file::GgufFile;
@@ -88,10 +86,7 @@ impl GgufTokenizer {
             });
             plain.encode(text, add_special)
         };
-        Ok(encoding
-            .map_err(|e| Error::Tokenizer(e.to_string()))?
-            .get_ids()
-            .to_vec())
+        Ok(encoding.map_err(|e| Error::Tokenizer(e.to_string()))?.get_ids().to_vec())
     }
 }
 
@@ -106,47 +101,25 @@ struct PreTokenizerChoice {
 
 fn pre_tokenizer(pre: &str) -> Result<PreTokenizerChoice> {
     let split = |regex: &str| -> Result<PreTokenizerWrapper> {
-        let split = Split::new(
-            SplitPattern::Regex(regex.into()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+        let split = Split::new(SplitPattern::Regex(regex.into()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
         // use_regex = false: the Split above already did the splitting.
-        Ok(Sequence::new(vec![
-            split.into(),
-            ByteLevel::new(false, false, false).into(),
-        ])
-        .into())
+        Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into())
     };
-    let plain = |pre_tokenizer| PreTokenizerChoice {
-        pre_tokenizer,
-        ignore_merges: false,
-        add_bos_default: false,
-    };
+    let plain = |pre_tokenizer| PreTokenizerChoice { pre_tokenizer, ignore_merges: false, add_bos_default: false };
     Ok(match pre {
-        "qwen2" | "deepseek-r1-qwen" | "kormo" | "megrez" | "stablelm2" | "hunyuan" => {
-            plain(split(QWEN2_REGEX)?)
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "megrez" | "stablelm2" | "hunyuan" => plain(split(QWEN2_REGEX)?),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" => {
+            PreTokenizerChoice { pre_tokenizer: split(LLAMA3_REGEX)?, ignore_merges: true, add_bos_default: true }
         }
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-        | "lfm2" => PreTokenizerChoice {
-            pre_tokenizer: split(LLAMA3_REGEX)?,
-            ignore_merges: true,
-            add_bos_default: true,
-        },
         // `\p{N}` (each digit alone), then the GPT-2 regex: HF's Digits(individual) + ByteLevel.
         "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
-            plain(
-                Sequence::new(vec![
-                    Digits::new(true).into(),
-                    ByteLevel::new(false, true, true).into(),
-                ])
-                .into(),
-            )
+            plain(Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into())
         }
         // The GPT-2 regex alone, which is ByteLevel's own.
-        "gpt-2" | "phi-2" | "mpt" | "olmo" | "jais" | "exaone4" | "trillion"
-        | "granite-docling" => plain(ByteLevel::new(false, true, true).into()),
+        "gpt-2" | "phi-2" | "mpt" | "olmo" | "jais" | "exaone4" | "trillion" | "granite-docling" => {
+            plain(ByteLevel::new(false, true, true).into())
+        }
         other => {
             return Err(Error::Tokenizer(format!(
                 "tokenizer.ggml.pre = `{other}` is not supported (known: qwen2, smollm, gpt-2, llama-bpe and their aliases)"
@@ -228,16 +201,12 @@ impl GgufFile {
                     TOKEN_TYPE_CONTROL => Some(AddedToken::from(content.clone(), true)),
                     // normalized = false: there is no normalizer, and it keeps the content
                     // matched byte for byte as llama.cpp does.
-                    TOKEN_TYPE_USER_DEFINED => {
-                        Some(AddedToken::from(content.clone(), false).normalized(false))
-                    }
+                    TOKEN_TYPE_USER_DEFINED => Some(AddedToken::from(content.clone(), false).normalized(false)),
                     _ => None,
                 })
                 .collect();
             // Every added token is already in the vocabulary, so it keeps its file id.
-            tokenizer
-                .add_tokens(added)
-                .map_err(|e| Error::Tokenizer(format!("added tokens: {e}")))?;
+            tokenizer.add_tokens(added).map_err(|e| Error::Tokenizer(format!("added tokens: {e}")))?;
         }
 
         let token_id = |key: &str| -> Result<Option<u32>> {
@@ -255,12 +224,9 @@ impl GgufFile {
         let bos_token_id = token_id("tokenizer.ggml.bos_token_id")?;
         let eos_token_id = token_id("tokenizer.ggml.eos_token_id")?;
         let padding_token_id = token_id("tokenizer.ggml.padding_token_id")?;
-        let add_bos_token = m
-            .opt_bool("tokenizer.ggml.add_bos_token")?
-            .unwrap_or(choice.add_bos_default)
-            && bos_token_id.is_some();
-        let add_eos_token =
-            m.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false) && eos_token_id.is_some();
+        let add_bos_token =
+            m.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(choice.add_bos_default) && bos_token_id.is_some();
+        let add_eos_token = m.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false) && eos_token_id.is_some();
 
         let processor: PostProcessorWrapper = if add_bos_token || add_eos_token {
             let mut special = Vec::new();

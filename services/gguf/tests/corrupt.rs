@@ -18,18 +18,10 @@ fn synthetic() -> Vec<u8> {
 fn every_truncation_is_an_error() {
     let bytes = synthetic();
     let full = GgufFile::from_bytes(bytes.clone()).unwrap();
-    let data_end = full
-        .tensors()
-        .iter()
-        .map(|t| full.data_offset() + t.offset as usize + t.n_bytes())
-        .max()
-        .unwrap();
+    let data_end = full.tensors().iter().map(|t| full.data_offset() + t.offset as usize + t.n_bytes()).max().unwrap();
     for n in 0..bytes.len() {
         match GgufFile::from_bytes(bytes[..n].to_vec()) {
-            Ok(_) => assert!(
-                n >= data_end,
-                "prefix of {n} bytes parsed, data ends at {data_end}"
-            ),
+            Ok(_) => assert!(n >= data_end, "prefix of {n} bytes parsed, data ends at {data_end}"),
             Err(e) => {
                 assert!(n < data_end, "prefix of {n} bytes failed: {e}");
                 match e {
@@ -49,10 +41,7 @@ fn every_truncation_is_an_error() {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 }
@@ -93,33 +82,22 @@ fn random_header_corruption_never_panics() {
 
 #[test]
 fn structural_errors_are_typed_and_named() {
-    let one = Builder::default()
-        .kv_str("general.architecture", "llama")
-        .tensor_f32("w", &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let one =
+        Builder::default().kv_str("general.architecture", "llama").tensor_f32("w", &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let f = GgufFile::from_bytes(one.build()).unwrap();
     assert_eq!(f.tensor_f32("w").unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
     assert!(matches!(f.tensor_f32("nope"), Err(Error::MissingTensor(n)) if n == "nope"));
 
     let mut bytes = one.build();
     bytes[0] = b'X';
-    assert!(matches!(
-        GgufFile::from_bytes(bytes),
-        Err(Error::BadMagic(_))
-    ));
+    assert!(matches!(GgufFile::from_bytes(bytes), Err(Error::BadMagic(_))));
 
     for version in [1, 4, 0x0300_0000] {
         let b = Builder::with_version(version).build();
-        assert!(
-            matches!(GgufFile::from_bytes(b), Err(Error::UnsupportedVersion(v)) if v == version)
-        );
+        assert!(matches!(GgufFile::from_bytes(b), Err(Error::UnsupportedVersion(v)) if v == version));
     }
-    let v2 = Builder::with_version(2)
-        .tensor_f32("w", &[1], &[5.0])
-        .build();
-    assert_eq!(
-        GgufFile::from_bytes(v2).unwrap().tensor_f32("w").unwrap(),
-        vec![5.0]
-    );
+    let v2 = Builder::with_version(2).tensor_f32("w", &[1], &[5.0]).build();
+    assert_eq!(GgufFile::from_bytes(v2).unwrap().tensor_f32("w").unwrap(), vec![5.0]);
 
     let err = |b: Builder| GgufFile::from_bytes(b.build()).unwrap_err();
     let named = |e: Error, needle: &str| {
@@ -130,24 +108,15 @@ fn structural_errors_are_typed_and_named() {
     // Unknown value type, bad bool, invalid UTF-8, repeated key.
     named(err(Builder::default().kv_raw("k.type", 99, &[])), "k.type");
     named(err(Builder::default().kv_raw("k.bool", 7, &[2])), "k.bool");
-    named(
-        err(Builder::default().kv_raw("k.utf8", 8, &[2, 0, 0, 0, 0, 0, 0, 0, 0xC3, 0x28])),
-        "k.utf8",
-    );
-    named(
-        err(Builder::default().kv_u32("k.dup", 1).kv_u32("k.dup", 2)),
-        "k.dup",
-    );
+    named(err(Builder::default().kv_raw("k.utf8", 8, &[2, 0, 0, 0, 0, 0, 0, 0, 0xC3, 0x28])), "k.utf8");
+    named(err(Builder::default().kv_u32("k.dup", 1).kv_u32("k.dup", 2)), "k.dup");
 
     // An array claiming 2^60 strings in a tiny file: a truncation error, not an allocation.
     let e = err(Builder::default().kv_array_raw("tokenizer.ggml.tokens", 8, 1 << 60, &string("a")));
     assert!(matches!(e, Error::Truncated { .. }), "{e}");
     named(e, "tokenizer.ggml.tokens");
     let e = err(Builder::default().kv_array_raw("k.ints", 5, u64::MAX / 2, &[0; 8]));
-    assert!(
-        matches!(e, Error::BadMetadata { .. } | Error::Truncated { .. }),
-        "{e}"
-    );
+    assert!(matches!(e, Error::BadMetadata { .. } | Error::Truncated { .. }), "{e}");
     named(e, "k.ints");
     // Arrays nested past the limit.
     let mut nested = 5u32.to_le_bytes().to_vec();
@@ -159,56 +128,23 @@ fn structural_errors_are_typed_and_named() {
         outer.extend(nested);
         nested = outer;
     }
-    named(
-        err(Builder::default().kv_raw("k.deep", 9, &nested)),
-        "k.deep",
-    );
+    named(err(Builder::default().kv_raw("k.deep", 9, &nested)), "k.deep");
 
     // Tensor infos: unknown type, too many dims, partial blocks, misaligned offset,
     // data past the end, overflowing shape, duplicate name, bad alignment key.
-    named(
-        err(Builder::default().tensor_raw("t.type", &[4], 200, None, &[0; 16])),
-        "t.type",
-    );
-    named(
-        err(Builder::default().tensor_raw("t.dims", &[1, 1, 1, 1, 1], 0, None, &[0; 4])),
-        "t.dims",
-    );
-    named(
-        err(Builder::default().tensor_raw("t.block", &[48], 8, None, &[0; 64])),
-        "t.block",
-    );
-    named(
-        err(Builder::default().tensor_raw("t.align", &[1], 0, Some(4), &[])),
-        "t.align",
-    );
-    named(
-        err(Builder::default().tensor_raw("t.past", &[1024], 0, None, &[0; 16])),
-        "t.past",
-    );
-    named(
-        err(Builder::default().tensor_raw("t.huge", &[u64::MAX / 2, 4], 0, Some(0), &[])),
-        "t.huge",
-    );
-    named(
-        err(Builder::default()
-            .tensor_f32("t.dup", &[1], &[1.0])
-            .tensor_f32("t.dup", &[1], &[2.0])),
-        "t.dup",
-    );
-    named(
-        err(Builder::default().kv_u32("general.alignment", 24)),
-        "general.alignment",
-    );
+    named(err(Builder::default().tensor_raw("t.type", &[4], 200, None, &[0; 16])), "t.type");
+    named(err(Builder::default().tensor_raw("t.dims", &[1, 1, 1, 1, 1], 0, None, &[0; 4])), "t.dims");
+    named(err(Builder::default().tensor_raw("t.block", &[48], 8, None, &[0; 64])), "t.block");
+    named(err(Builder::default().tensor_raw("t.align", &[1], 0, Some(4), &[])), "t.align");
+    named(err(Builder::default().tensor_raw("t.past", &[1024], 0, None, &[0; 16])), "t.past");
+    named(err(Builder::default().tensor_raw("t.huge", &[u64::MAX / 2, 4], 0, Some(0), &[])), "t.huge");
+    named(err(Builder::default().tensor_f32("t.dup", &[1], &[1.0]).tensor_f32("t.dup", &[1], &[2.0])), "t.dup");
+    named(err(Builder::default().kv_u32("general.alignment", 24)), "general.alignment");
 
     // A type we can place but not dequantize is reported by name.
-    let iq = Builder::default()
-        .tensor_raw("t.iq2", &[256], 16, None, &[0; 66])
-        .build();
+    let iq = Builder::default().tensor_raw("t.iq2", &[256], 16, None, &[0; 66]).build();
     let f = GgufFile::from_bytes(iq).unwrap();
-    assert!(
-        matches!(f.tensor_f32("t.iq2"), Err(Error::UnsupportedType { name, .. }) if name == "t.iq2")
-    );
+    assert!(matches!(f.tensor_f32("t.iq2"), Err(Error::UnsupportedType { name, .. }) if name == "t.iq2"));
     assert_eq!(f.tensor_bytes("t.iq2").unwrap().len(), 66);
 }
 
@@ -216,11 +152,7 @@ fn structural_errors_are_typed_and_named() {
 #[test]
 fn truncated_real_model_names_the_cut() {
     let mut head = Vec::new();
-    std::fs::File::open(model_path(SMOLLM2))
-        .unwrap()
-        .take(4 << 20)
-        .read_to_end(&mut head)
-        .unwrap();
+    std::fs::File::open(model_path(SMOLLM2)).unwrap().take(4 << 20).read_to_end(&mut head).unwrap();
     let e = GgufFile::from_bytes(head[..300_000].to_vec()).unwrap_err();
     assert!(matches!(e, Error::Truncated { .. }), "{e}");
     assert!(e.to_string().contains("tokenizer.ggml.tokens"), "{e}");

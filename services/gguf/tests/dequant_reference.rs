@@ -16,24 +16,10 @@ fn check_real_model(fixture: &str) {
     for t in tensors {
         let name = t["name"].as_str().unwrap();
         let info = f.tensor_info(name).unwrap();
-        assert_eq!(
-            info.dtype.to_string(),
-            t["type"].as_str().unwrap(),
-            "{name}"
-        );
-        let ne: Vec<u64> = t["ne"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect();
+        assert_eq!(info.dtype.to_string(), t["type"].as_str().unwrap(), "{name}");
+        let ne: Vec<u64> = t["ne"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
         assert_eq!(info.ne, ne, "{name}");
-        let shape: Vec<usize> = t["shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
+        let shape: Vec<usize> = t["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
         assert_eq!(info.shape(), shape, "{name}");
 
         let data = f.tensor_f32(name).unwrap();
@@ -42,36 +28,17 @@ fn check_real_model(fixture: &str) {
         let sum_sq: f64 = data.iter().map(|&v| (v as f64) * (v as f64)).sum();
         let (ref_sum, ref_sq) = (t["sum"].as_f64().unwrap(), t["sum_sq"].as_f64().unwrap());
         // The sum may nearly cancel; measure its error against the tensor's norm.
-        assert!(
-            close(sum, ref_sum, REL, ref_sq.sqrt()),
-            "{name}: sum {sum} vs {ref_sum}"
-        );
-        assert!(
-            close(sum_sq, ref_sq, REL, 0.0),
-            "{name}: sum of squares {sum_sq} vs {ref_sq}"
-        );
+        assert!(close(sum, ref_sum, REL, ref_sq.sqrt()), "{name}: sum {sum} vs {ref_sum}");
+        assert!(close(sum_sq, ref_sq, REL, 0.0), "{name}: sum of squares {sum_sq} vs {ref_sq}");
         let mut exact = 0;
         let samples = t["samples"].as_array().unwrap();
         for s in samples {
-            let (i, v, bits) = (
-                s[0].as_u64().unwrap() as usize,
-                s[1].as_f64().unwrap(),
-                s[2].as_u64().unwrap(),
-            );
-            assert!(
-                close(data[i] as f64, v, REL, 1e-12),
-                "{name}[{i}]: {} vs {v}",
-                data[i]
-            );
+            let (i, v, bits) = (s[0].as_u64().unwrap() as usize, s[1].as_f64().unwrap(), s[2].as_u64().unwrap());
+            assert!(close(data[i] as f64, v, REL, 1e-12), "{name}[{i}]: {} vs {v}", data[i]);
             exact += usize::from(data[i].to_bits() as u64 == bits);
         }
         // We follow ggml's operation order, so agreement is bit-exact, not just close.
-        assert_eq!(
-            exact,
-            samples.len(),
-            "{name}: {exact} of {} samples bit-exact",
-            samples.len()
-        );
+        assert_eq!(exact, samples.len(), "{name}: {exact} of {} samples bit-exact", samples.len());
     }
 }
 
@@ -100,21 +67,12 @@ fn synthetic_blocks_of_every_type() {
         let name = t["name"].as_str().unwrap();
         let info = f.tensor_info(name).unwrap();
         assert_eq!(info.dtype.to_string(), t["type"].as_str().unwrap());
-        let ne: Vec<u64> = t["ne"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect();
+        let ne: Vec<u64> = t["ne"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
         assert_eq!(info.ne, ne, "{name}");
         types.insert(info.dtype.to_string());
         let data = f.tensor_f32(name).unwrap();
-        let expected: Vec<f32> = t["bits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| f32::from_bits(b.as_u64().unwrap() as u32))
-            .collect();
+        let expected: Vec<f32> =
+            t["bits"].as_array().unwrap().iter().map(|b| f32::from_bits(b.as_u64().unwrap() as u32)).collect();
         assert_eq!(data.len(), expected.len(), "{name}");
         for (i, (&a, &b)) in data.iter().zip(&expected).enumerate() {
             // Same operation order as ggml: bit-exact, not just within 1e-6.
@@ -154,12 +112,7 @@ fn synthetic_metadata_of_every_value_type() {
     assert!(err.contains("test.i32") && err.contains("i32"), "{err}");
     let err = m.get_str("test.u8").unwrap_err().to_string();
     assert!(err.contains("test.u8") && err.contains("string"), "{err}");
-    assert!(
-        m.get_str("no.such.key")
-            .unwrap_err()
-            .to_string()
-            .contains("no.such.key")
-    );
+    assert!(m.get_str("no.such.key").unwrap_err().to_string().contains("no.such.key"));
     assert_eq!(m.opt_u32("no.such.key").unwrap(), None);
     assert!(m.opt_bool("test.string").is_err());
 }

@@ -12,7 +12,7 @@ use std::{
 use serde::Deserialize;
 
 use crate::{
-    error::{io, ModelError, Result},
+    error::{ModelError, Result, io},
     roles::Embedder,
 };
 
@@ -56,7 +56,10 @@ impl BeirData {
             if cols.len() < 3 || (i == 0 && cols[2].parse::<i32>().is_err()) {
                 continue; // header or blank
             }
-            let score = cols[2].trim().parse::<i32>().map_err(|_| ModelError::Config(format!("{}: line {}", qrels_path.display(), i + 1)))?;
+            let score = cols[2]
+                .trim()
+                .parse::<i32>()
+                .map_err(|_| ModelError::Config(format!("{}: line {}", qrels_path.display(), i + 1)))?;
             qrels.entry(cols[0].to_string()).or_default().insert(cols[1].to_string(), score);
         }
         let corpus = jsonl(&dir.join("corpus.jsonl"))?
@@ -156,7 +159,12 @@ pub fn metrics(ranked: &BTreeMap<String, Vec<String>>, qrels: &HashMap<String, H
 }
 
 /// Full evaluation of an embedder on a dataset.
-pub fn evaluate(embedder: &dyn Embedder, data: &BeirData, batch: usize, mut progress: impl FnMut(&str, usize, usize)) -> Result<BeirScores> {
+pub fn evaluate(
+    embedder: &dyn Embedder,
+    data: &BeirData,
+    batch: usize,
+    mut progress: impl FnMut(&str, usize, usize),
+) -> Result<BeirScores> {
     let t = Instant::now();
     let docs: Vec<&str> = data.corpus.iter().map(|(_, t)| t.as_str()).collect();
     let corpus = embed_all(embedder, &docs, batch, |d| progress("corpus", d, docs.len()))?;
@@ -173,7 +181,14 @@ pub fn evaluate(embedder: &dyn Embedder, data: &BeirData, batch: usize, mut prog
         .map(|((qid, _), h)| (qid.clone(), h.into_iter().map(|(i, _)| data.corpus[i].0.clone()).collect()))
         .collect();
     let (ndcg_at_10, recall_at_100) = metrics(&ranked, &data.qrels);
-    Ok(BeirScores { ndcg_at_10, recall_at_100, queries: data.queries.len(), documents: data.corpus.len(), corpus_seconds, query_seconds })
+    Ok(BeirScores {
+        ndcg_at_10,
+        recall_at_100,
+        queries: data.queries.len(),
+        documents: data.corpus.len(),
+        corpus_seconds,
+        query_seconds,
+    })
 }
 
 /// Pairwise reranking check: for each of the first `queries` judged queries, the reranker

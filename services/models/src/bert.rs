@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use kernels::{Matrix, Weight, WeightId, WeightLayout};
-use protocol::{attention::Head, Executor, Pass};
+use protocol::{Executor, Pass, attention::Head};
 use serde::Deserialize;
 
 use crate::{
@@ -98,11 +98,16 @@ impl Bert {
         let linear = |name: String, d_in: usize, d_out: usize| -> Result<Linear> {
             let data = t.weight(&format!("{name}.weight"), &[d_out, d_in])?;
             let id = WeightId::new(format!("{tag}/{name}"));
-            crate::load::provision_shared(exec.as_ref(), &id, Weight { d_in, d_out, layout: WeightLayout::OutIn, data })?;
+            crate::load::provision_shared(
+                exec.as_ref(),
+                &id,
+                Weight { d_in, d_out, layout: WeightLayout::OutIn, data },
+            )?;
             Ok(Linear { id, bias: vec(format!("{name}.bias"), d_out)? })
         };
         let word = t.f32(&format!("{p}embeddings.word_embeddings.weight"), &[cfg.vocab_size, d])?;
-        let position = t.f32(&format!("{p}embeddings.position_embeddings.weight"), &[cfg.max_position_embeddings, d])?;
+        let position =
+            t.f32(&format!("{p}embeddings.position_embeddings.weight"), &[cfg.max_position_embeddings, d])?;
         let token_type = t.f32(&format!("{p}embeddings.token_type_embeddings.weight"), &[cfg.type_vocab_size, d])?;
         let emb_norm = norm(&format!("{p}embeddings.LayerNorm"))?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
@@ -145,7 +150,10 @@ impl Bert {
                 return Err(ModelError::InvalidRequest("empty token sequence".into()));
             }
             if s.ids.len() > self.cfg.max_position_embeddings {
-                return Err(ModelError::ContextTooLong { tokens: s.ids.len(), limit: self.cfg.max_position_embeddings });
+                return Err(ModelError::ContextTooLong {
+                    tokens: s.ids.len(),
+                    limit: self.cfg.max_position_embeddings,
+                });
             }
             if s.ids.iter().any(|&i| i as usize >= self.cfg.vocab_size)
                 || s.types.iter().any(|&t| t as usize >= self.cfg.type_vocab_size)

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use kernels::{Matrix, Weight, WeightData, WeightId, WeightLayout};
-use protocol::{attention::Head, Executor, Pass};
+use protocol::{Executor, Pass, attention::Head};
 use rayon::prelude::*;
 use serde::Deserialize;
 
@@ -67,7 +67,8 @@ impl DecoderConfig {
         if !ARCHES.contains(&model_type) {
             return Err(ModelError::UnknownArchitecture(model_type.to_string()));
         }
-        let c: HfConfig = serde_json::from_value(v.clone()).map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
+        let c: HfConfig =
+            serde_json::from_value(v.clone()).map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
         if c.hidden_act.as_deref().is_some_and(|a| a != "silu") {
             return Err(ModelError::Config(format!("hidden_act {:?} is not supported (silu)", c.hidden_act)));
         }
@@ -190,7 +191,11 @@ impl Decoder {
         let linear = |name: String, d_in: usize, d_out: usize| -> Result<WeightId> {
             let data = t.weight(&format!("{name}.weight"), &[d_out, d_in])?;
             let id = WeightId::new(format!("{tag}/{name}"));
-            crate::load::provision_shared(exec.as_ref(), &id, Weight { d_in, d_out, layout: WeightLayout::OutIn, data })?;
+            crate::load::provision_shared(
+                exec.as_ref(),
+                &id,
+                Weight { d_in, d_out, layout: WeightLayout::OutIn, data },
+            )?;
             Ok(id)
         };
         let embed: Arc<[f32]> = t.f32("model.embed_tokens.weight", &[cfg.vocab_size, d])?.into();
@@ -238,9 +243,23 @@ impl Decoder {
         } else {
             WeightData::F32(embed.clone())
         };
-        crate::load::provision_shared(exec.as_ref(), &lm_head, Weight { d_in: d, d_out: cfg.vocab_size, layout: WeightLayout::OutIn, data })?;
+        crate::load::provision_shared(
+            exec.as_ref(),
+            &lm_head,
+            Weight { d_in: d, d_out: cfg.vocab_size, layout: WeightLayout::OutIn, data },
+        )?;
         let rope = Rope::new(cfg.rope_theta, hd);
-        Ok(Decoder { cfg, exec, tag: tag.to_string(), embed, layers, final_norm, lm_head, rope, decode_groups: DEFAULT_DECODE_GROUPS })
+        Ok(Decoder {
+            cfg,
+            exec,
+            tag: tag.to_string(),
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            rope,
+            decode_groups: DEFAULT_DECODE_GROUPS,
+        })
     }
 
     /// Sets how many groups a batched decode step is split into (1: one pass for the whole
@@ -281,7 +300,11 @@ impl Decoder {
             rows.extend_from_slice(&full[tok * d..(tok + 1) * d]);
         }
         let id = WeightId::new(format!("{}/{name}", self.tag));
-        crate::load::provision_shared(self.exec.as_ref(), &id, Weight::f32(d, tokens.len(), WeightLayout::OutIn, rows))?;
+        crate::load::provision_shared(
+            self.exec.as_ref(),
+            &id,
+            Weight::f32(d, tokens.len(), WeightLayout::OutIn, rows),
+        )?;
         Ok(id)
     }
 
@@ -407,7 +430,8 @@ impl Decoder {
                     .collect()
             })
             .collect();
-        let seqs: Vec<(&[Head], Option<usize>)> = heads_of.iter().zip(starts).map(|(h, &pos0)| (h.as_slice(), Some(pos0))).collect();
+        let seqs: Vec<(&[Head], Option<usize>)> =
+            heads_of.iter().zip(starts).map(|(h, &pos0)| (h.as_slice(), Some(pos0))).collect();
         let outs = pass.attend_sequences(&seqs, 1.0 / (hd as f32).sqrt())?;
         let mut ctx = Matrix::zeros(x.rows(), heads * hd);
         for (o, &r0) in outs.iter().zip(&firsts) {

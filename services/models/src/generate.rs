@@ -38,7 +38,13 @@ pub struct GenerateRequest {
 
 impl GenerateRequest {
     pub fn greedy(prompt: Prompt, max_tokens: usize) -> Self {
-        GenerateRequest { prompt, max_tokens, sampling: SamplingParams::default(), stop: Vec::new(), stop_repeated_words: 0 }
+        GenerateRequest {
+            prompt,
+            max_tokens,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            stop_repeated_words: 0,
+        }
     }
 }
 
@@ -211,7 +217,8 @@ impl TextGenerator {
         if active.is_empty() {
             return Ok(chunks);
         }
-        let feed: Vec<[u32; 1]> = active.iter().map(|&i| [seqs[i].pending.expect("running sequence has a token")]).collect();
+        let feed: Vec<[u32; 1]> =
+            active.iter().map(|&i| [seqs[i].pending.expect("running sequence has a token")]).collect();
         let tokens: Vec<&[u32]> = feed.iter().map(|t| t.as_slice()).collect();
         let logits = {
             let mut caches: Vec<&mut KvCache> = Vec::with_capacity(active.len());
@@ -265,11 +272,8 @@ impl TextGenerator {
         s.text = self.tokenizer.decode(&s.generated, true)?;
         let search_from = s.emitted.saturating_sub(s.stop.iter().map(String::len).max().unwrap_or(0));
         let search_from = floor_char_boundary(&s.text, search_from);
-        let hit = s
-            .stop
-            .iter()
-            .filter_map(|stop| s.text[search_from..].find(stop.as_str()).map(|p| search_from + p))
-            .min();
+        let hit =
+            s.stop.iter().filter_map(|stop| s.text[search_from..].find(stop.as_str()).map(|p| search_from + p)).min();
         let repeat = match s.stop_repeated_words {
             0 => None,
             n => repeated_run(&s.text, n, last),
@@ -360,7 +364,10 @@ mod tests {
     fn a_repeated_run_of_words_is_found_where_it_starts_again() {
         let t = "The policy's root is not valid; the root is not valid; the root is";
         // "root is not valid;" comes round again at the second "root".
-        assert_eq!(repeated_run(t, 4, true), Some(t.find("root is not valid; the root").unwrap() + "root is not valid; the ".len()));
+        assert_eq!(
+            repeated_run(t, 4, true),
+            Some(t.find("root is not valid; the root").unwrap() + "root is not valid; the ".len())
+        );
         assert_eq!(repeated_run(t, 8, true), None, "an eight-word run has not come round yet");
         assert_eq!(repeated_run("a b c a b c", 3, true), Some(6));
         // The last word may still grow: it counts only at the end or before whitespace.

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use hf_hub::{api::sync::ApiBuilder, Repo, RepoType};
+use hf_hub::{Repo, RepoType, api::sync::ApiBuilder};
 
 use crate::{
-    error::{io, ModelError, Result},
-    identity::{is_model_file, Manifest, ModelIdentity},
+    error::{ModelError, Result, io},
+    identity::{Manifest, ModelIdentity, is_model_file},
 };
 
 /// Checks that `revision` pins a commit (40 hex digits), not a branch or tag.
@@ -75,6 +75,7 @@ pub fn fetch(repo: &str, revision: &str, out: &Path, expected: Option<&ModelIden
     let _ = std::fs::remove_dir_all(&staging);
     let _ = std::fs::remove_dir_all(&cache);
     let manifest_path = out.join("gelo-manifest.json");
-    std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).expect("manifest serializes")).map_err(io(&manifest_path))?;
+    std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).expect("manifest serializes"))
+        .map_err(io(&manifest_path))?;
     Ok(manifest)
 }

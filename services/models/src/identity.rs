@@ -10,7 +10,7 @@ use std::{fmt, io::Read, path::Path, str::FromStr};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::error::{io, ModelError, Result};
+use crate::error::{ModelError, Result, io};
 
 /// SHA-256 of a model's canonical manifest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,9 +32,8 @@ impl FromStr for ModelIdentity {
     type Err = ModelError;
     fn from_str(s: &str) -> Result<Self> {
         let bytes = hex::decode(s.trim()).map_err(|e| ModelError::Config(format!("model identity `{s}`: {e}")))?;
-        let arr: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| ModelError::Config(format!("model identity `{s}` is not 64 hex digits")))?;
+        let arr: [u8; 32] =
+            bytes.try_into().map_err(|_| ModelError::Config(format!("model identity `{s}` is not 64 hex digits")))?;
         Ok(ModelIdentity(arr))
     }
 }

@@ -27,7 +27,7 @@ pub mod tokenizer;
 pub use error::{ModelError, Result};
 pub use generate::{Chunk, Completion, FinishReason, GenerateRequest, Prompt, TextGenerator};
 pub use identity::{Manifest, ModelIdentity};
-pub use load::{load_embedder, load_generator, load_reranker, Kind, LoadOptions, ModelFiles};
+pub use load::{Kind, LoadOptions, ModelFiles, load_embedder, load_generator, load_reranker};
 pub use roles::{Embedder, Reranker};
 pub use sampler::SamplingParams;
 pub use tokenizer::ChatMessage;

@@ -8,12 +8,14 @@ use protocol::Executor;
 use crate::{
     bert::{Bert, BertConfig},
     decoder::{Decoder, DecoderConfig},
-    error::{read_json, ModelError, Result},
+    error::{ModelError, Result, read_json},
     generate::TextGenerator,
     identity::{Manifest, ModelIdentity},
-    roles::{BertEmbedder, CrossEncoder, DecoderEmbedder, Embedder, LlmReranker, Pooling, Reranker, RERANK_INSTRUCTION},
+    roles::{
+        BertEmbedder, CrossEncoder, DecoderEmbedder, Embedder, LlmReranker, Pooling, RERANK_INSTRUCTION, Reranker,
+    },
     tensors::Tensors,
-    tokenizer::{optional_json, TextTokenizer},
+    tokenizer::{TextTokenizer, optional_json},
 };
 
 /// Provisions a weight; an id that is already provisioned is reused. Ids carry the model's
@@ -53,7 +55,9 @@ pub struct ModelFiles {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
     /// BERT encoder; `classifier` when it has a sequence-classification head.
-    Bert { classifier: bool },
+    Bert {
+        classifier: bool,
+    },
     Decoder(DecoderConfig),
 }
 
@@ -186,9 +190,12 @@ pub fn load_reranker(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -
             let tokenizer = files.tokenizer()?;
             let (decoder, tensors) = files.decoder(exec)?;
             let id = |t: &str| {
-                tokenizer.encode(t, false).ok().filter(|ids| ids.len() == 1).map(|ids| ids[0]).ok_or_else(|| {
-                    ModelError::Config(format!("the tokenizer has no single token for `{t}`"))
-                })
+                tokenizer
+                    .encode(t, false)
+                    .ok()
+                    .filter(|ids| ids.len() == 1)
+                    .map(|ids| ids[0])
+                    .ok_or_else(|| ModelError::Config(format!("the tokenizer has no single token for `{t}`")))
             };
             let head = decoder.provision_token_head("rerank_head", &tensors, &[id("no")?, id("yes")?])?;
             Ok(Box::new(LlmReranker {

@@ -1,7 +1,7 @@
 //! TEE-side tensor operations: norms, activations, RoPE, pooling. Everything here runs on
 //! plaintext inside the CVM and never reaches the engine.
 
-use kernels::{cpu::PAR_MIN_LEN, Matrix};
+use kernels::{Matrix, cpu::PAR_MIN_LEN};
 use rayon::prelude::*;
 
 /// `x ← LayerNorm(x)·w + b`, row by row.
@@ -46,7 +46,10 @@ pub fn rms_norm(x: &Matrix, w: &[f32], eps: f32) -> Matrix {
 /// Adds `bias` to every row.
 pub fn add_bias(x: &mut Matrix, bias: &[f32]) {
     let d = x.cols();
-    x.as_mut_slice().par_chunks_mut(d).with_min_len(rows_per_piece(d)).for_each(|row| row.iter_mut().zip(bias).for_each(|(v, b)| *v += b));
+    x.as_mut_slice()
+        .par_chunks_mut(d)
+        .with_min_len(rows_per_piece(d))
+        .for_each(|row| row.iter_mut().zip(bias).for_each(|(v, b)| *v += b));
 }
 
 /// `x ← x + y`.

@@ -280,7 +280,8 @@ impl Reranker for LlmReranker {
                 let mut ids = self.tokenizer.encode(&self.prompt(q, d), false)?;
                 if ids.len() > self.max_len {
                     // Cut the document's end, keep the closing of the prompt.
-                    let tail = self.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", false)?;
+                    let tail =
+                        self.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", false)?;
                     ids.truncate(self.max_len - tail.len());
                     ids.extend(tail);
                 }

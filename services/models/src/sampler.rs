@@ -84,7 +84,8 @@ impl Sampler {
         idx.sort_unstable_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
         // 4. Softmax at temperature, then the nucleus cut.
         let max = logits[idx[0] as usize];
-        let mut probs: Vec<f64> = idx.iter().map(|&i| (((logits[i as usize] - max) / p.temperature) as f64).exp()).collect();
+        let mut probs: Vec<f64> =
+            idx.iter().map(|&i| (((logits[i as usize] - max) / p.temperature) as f64).exp()).collect();
         let total: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|q| *q /= total);
         if p.top_p > 0.0 && p.top_p < 1.0 {

@@ -11,7 +11,7 @@ use kernels::WeightData;
 use memmap2::Mmap;
 use safetensors::Dtype;
 
-use crate::error::{io, ModelError, Result};
+use crate::error::{ModelError, Result, io};
 
 /// A tensor: its shape (row-major, PyTorch order) and elements.
 pub struct Tensor {
@@ -35,11 +35,17 @@ struct StEntry {
 }
 
 enum Store {
-    Safetensors { maps: Vec<Mmap>, index: HashMap<String, StEntry> },
+    Safetensors {
+        maps: Vec<Mmap>,
+        index: HashMap<String, StEntry>,
+    },
     Gguf(gguf::GgufFile),
     /// Deterministic random weights of given shapes (benchmarks at real model shapes
     /// without the files); norms are ones, everything else N(0, 0.02²).
-    Random { shapes: HashMap<String, Vec<usize>>, seed: u64 },
+    Random {
+        shapes: HashMap<String, Vec<usize>>,
+        seed: u64,
+    },
 }
 
 /// All tensors of one model.
@@ -101,10 +107,21 @@ impl Tensors {
                 let e = index.get(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
                 let bytes = &maps[e.file][e.start..e.end];
                 let data = match e.dtype {
-                    Dtype::F32 => WeightData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
-                    Dtype::F16 => WeightData::F16(bytes.chunks_exact(2).map(|c| f16::from_le_bytes(c.try_into().unwrap())).collect()),
-                    Dtype::BF16 => WeightData::Bf16(bytes.chunks_exact(2).map(|c| bf16::from_le_bytes(c.try_into().unwrap())).collect()),
-                    other => return Err(ModelError::UnsupportedDtype { name: name.to_string(), dtype: format!("{other:?}") }),
+                    Dtype::F32 => WeightData::F32(
+                        bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+                    ),
+                    Dtype::F16 => WeightData::F16(
+                        bytes.chunks_exact(2).map(|c| f16::from_le_bytes(c.try_into().unwrap())).collect(),
+                    ),
+                    Dtype::BF16 => WeightData::Bf16(
+                        bytes.chunks_exact(2).map(|c| bf16::from_le_bytes(c.try_into().unwrap())).collect(),
+                    ),
+                    other => {
+                        return Err(ModelError::UnsupportedDtype {
+                            name: name.to_string(),
+                            dtype: format!("{other:?}"),
+                        });
+                    }
                 };
                 Ok(Tensor { shape: e.shape.clone(), data })
             }
@@ -154,11 +171,7 @@ impl Tensors {
 
     /// The first of `names` that exists (checkpoints differ in prefixes).
     pub fn first_of<'a>(&self, names: &[&'a str]) -> Result<&'a str> {
-        names
-            .iter()
-            .find(|n| self.has(n))
-            .copied()
-            .ok_or_else(|| ModelError::MissingTensor(names.join(" or ")))
+        names.iter().find(|n| self.has(n)).copied().ok_or_else(|| ModelError::MissingTensor(names.join(" or ")))
     }
 }
 

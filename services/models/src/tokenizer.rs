@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
-use crate::error::{read_json, ModelError, Result};
+use crate::error::{ModelError, Result, read_json};
 
 /// One chat turn.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,9 +46,7 @@ impl TextTokenizer {
         // Lengths are the model's business (max_seq_length, context): never let the
         // tokenizer file pad or truncate behind our back.
         inner.with_padding(None);
-        inner
-            .with_truncation(None)
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        inner.with_truncation(None).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let text = |id: Option<u32>| id.and_then(|i| inner.id_to_token(i)).unwrap_or_default();
         let bos_text = text(bos);
         let eos_text = text(eos.first().copied());
@@ -66,7 +64,8 @@ impl TextTokenizer {
     /// `tokenizer.json` (and `tokenizer_config.json`, `generation_config.json` if present).
     pub fn from_dir(root: &Path) -> Result<Self> {
         let path = root.join("tokenizer.json");
-        let inner = Tokenizer::from_file(&path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+        let inner =
+            Tokenizer::from_file(&path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
         let cfg: serde_json::Value = if root.join("tokenizer_config.json").exists() {
             read_json(&root.join("tokenizer_config.json"))?
         } else {

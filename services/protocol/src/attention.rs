@@ -12,8 +12,8 @@
 //!   score matrix; `docs/PROTOCOL.md` says what that leaks. Causal attention is kept in the
 //!   TEE, because a permuted causal mask would reveal `π`.
 
-use kernels::{cpu, Engine, Masked, Matrix};
-use rand::{seq::SliceRandom, Rng, RngExt};
+use kernels::{Engine, Masked, Matrix, cpu};
+use rand::{Rng, RngExt, seq::SliceRandom};
 use rand_distr::{Distribution, StandardNormal};
 
 use crate::{error::Result, mask::haar};
@@ -83,7 +83,8 @@ pub fn attend_all(heads: &[Head<'_>], scale: f32, causal: Causal) -> Vec<Matrix>
 /// are too little work to fork for; all of a step's heads together are not.
 pub fn attend_sequences(seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Vec<Vec<Matrix>> {
     use rayon::prelude::*;
-    let flat: Vec<(&Head<'_>, Causal)> = seqs.iter().flat_map(|(heads, c)| heads.iter().map(move |h| (h, *c))).collect();
+    let flat: Vec<(&Head<'_>, Causal)> =
+        seqs.iter().flat_map(|(heads, c)| heads.iter().map(move |h| (h, *c))).collect();
     let flops: usize = flat.iter().map(|(h, _)| 2 * h.q.rows() * h.k.rows() * (h.q.cols() + h.v.cols())).sum();
     let mut outs: Vec<Matrix> = if cpu::worth_parallel(flops) {
         flat.par_iter().map(|(h, c)| attend_plain(h, scale, *c)).collect()
@@ -134,12 +135,7 @@ fn permute_rows(m: &Matrix, perm: &[usize]) -> Matrix {
 }
 
 /// `Q·Kᵀ` computed by the engine under TwinShield's four-partition blinding.
-pub fn out_attn_mult(
-    engine: &dyn Engine,
-    q: &Matrix,
-    k: &Matrix,
-    rng: &mut impl Rng,
-) -> Result<Matrix> {
+pub fn out_attn_mult(engine: &dyn Engine, q: &Matrix, k: &Matrix, rng: &mut impl Rng) -> Result<Matrix> {
     let (nq, nk) = (q.rows(), k.rows());
     // 1. Blinding matrices at the operands' own scale, and four secret scalars.
     let mut rq = gaussian_like(nq, q.cols(), rms(q), rng);
@@ -160,9 +156,7 @@ pub fn out_attn_mult(
     let x = permute_rows(&stack(q, &rq, a, b), &px);
     let y = permute_rows(&stack(k, &rk, c, d), &py);
     // 3. The engine multiplies X·Yᵀ.
-    let p = engine
-        .matmul_dynamic(&Masked::from_mixed(x), &Masked::from_mixed(y), true)?
-        .into_matrix();
+    let p = engine.matmul_dynamic(&Masked::from_mixed(x), &Masked::from_mixed(y), true)?.into_matrix();
     // 4. Undo the permutations and recombine the partitions:
     //    QKᵀ = B₁₁/(ac) − B₁₂/(ad) − B₂₁/(bc) + B₂₂/(bd).
     let mut inv_x = vec![0; 2 * nq];
@@ -248,7 +242,9 @@ mod tests {
         Matrix::from_fn(h.q.rows(), h.v.cols(), |i, c| {
             let visible = causal.map_or(h.k.rows(), |off| (i + off + 1).min(h.k.rows()));
             let s: Vec<f64> = (0..visible)
-                .map(|j| scale as f64 * h.q.row(i).iter().zip(h.k.row(j)).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>())
+                .map(|j| {
+                    scale as f64 * h.q.row(i).iter().zip(h.k.row(j)).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                })
                 .collect();
             let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();

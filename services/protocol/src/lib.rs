@@ -21,8 +21,8 @@ pub mod verify;
 
 pub use error::ProtocolError;
 pub use executor::{
-    AttentionConfig, DecodeMasks, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass,
-    PlaintextExecutor, Protection, ProtocolSeconds, Scheme, SealedExecutor,
+    AttentionConfig, DecodeMasks, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass, PlaintextExecutor,
+    Protection, ProtocolSeconds, Scheme, SealedExecutor,
 };
 pub use kernels::{Matrix, Weight, WeightData, WeightId, WeightLayout};
 pub use mask::MaskKind;

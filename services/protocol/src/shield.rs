@@ -85,7 +85,15 @@ impl Spare {
     /// `f` applies the scaled rows without their being copied or scaled in memory (a dense
     /// mask folds the factors into its own columns). The values are zeroized and gone when
     /// `f` returns, so none is lent twice.
-    pub fn lend<R>(&mut self, len: usize, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng, f: impl FnOnce(&[f32], &[f32]) -> R) -> R {
+    pub fn lend<R>(
+        &mut self,
+        len: usize,
+        h: &[f32],
+        d: usize,
+        energy: f32,
+        rng: &mut impl Rng,
+        f: impl FnOnce(&[f32], &[f32]) -> R,
+    ) -> R {
         if energy == 0.0 {
             return f(&vec![0.0; len], &vec![0.0; len / d.max(1)]);
         }
@@ -201,7 +209,9 @@ mod tests {
 
     /// The rows `Spare::lend` hands out, scaled by their factors.
     fn lent(spare: &mut Spare, len: usize, h: &[f32], d: usize, energy: f32, rng: &mut impl Rng) -> Vec<f32> {
-        spare.lend(len, h, d, energy, rng, |g, f| g.chunks(d).zip(f).flat_map(|(row, &fi)| row.iter().map(move |v| v * fi)).collect())
+        spare.lend(len, h, d, energy, rng, |g, f| {
+            g.chunks(d).zip(f).flat_map(|(row, &fi)| row.iter().map(move |v| v * fi)).collect()
+        })
     }
 
     /// Drawn-ahead values give rows of the target energy, are taken once (never handed out
@@ -227,7 +237,8 @@ mod tests {
                 // A row's direction never repeats an earlier row's (values reused would).
                 let cos = |a: &[f32], b: &[f32]| {
                     let dot: f64 = a.iter().zip(b).map(|(x, y)| (x * y) as f64).sum();
-                    dot / (a.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt() * b.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt())
+                    dot / (a.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt()
+                        * b.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt())
                 };
                 for old in seen.chunks(d) {
                     assert!(cos(row, old).abs() < 0.5, "a shield row repeats an earlier one");

@@ -6,8 +6,9 @@
 use std::{
     panic::AssertUnwindSafe,
     sync::{
+        Arc,
         atomic::{AtomicUsize, Ordering},
-        mpsc, Arc,
+        mpsc,
     },
     time::{Duration, Instant},
 };
@@ -83,11 +84,7 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
                             Ok(i) => Some(i),
                             Err(mpsc::TryRecvError::Empty) if batch.len() >= 2 => {
                                 let left = deadline.saturating_duration_since(Instant::now());
-                                if left.is_zero() {
-                                    None
-                                } else {
-                                    rx.recv_timeout(left).ok()
-                                }
+                                if left.is_zero() { None } else { rx.recv_timeout(left).ok() }
                             }
                             Err(_) => None,
                         };
@@ -110,7 +107,9 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
                     let n = jobs.len();
                     let results = match std::panic::catch_unwind(AssertUnwindSafe(|| models::on_pool(|| run(jobs)))) {
                         Ok(r) if r.len() == n => r,
-                        Ok(_) => (0..n).map(|_| Err(Status::internal("batch produced the wrong number of results"))).collect(),
+                        Ok(_) => (0..n)
+                            .map(|_| Err(Status::internal("batch produced the wrong number of results")))
+                            .collect(),
                         Err(_) => {
                             tracing::error!("model thread panicked; the batch failed and the thread goes on");
                             (0..n).map(|_| Err(Status::internal("internal error while running the model"))).collect()

@@ -2,7 +2,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use api::v1::{embedder_server, EmbedRequest, EmbedResponse, Embedding, Usage};
+use api::v1::{EmbedRequest, EmbedResponse, Embedding, Usage, embedder_server};
 use models::Embedder;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -10,9 +10,9 @@ use tracing::Instrument;
 use crate::{
     batcher::{BatchPolicy, Batcher},
     health::Health,
-    limits::{too_large, Limits},
+    limits::{Limits, too_large},
     metrics::Metrics,
-    rpc::{code_of, Call},
+    rpc::{Call, code_of},
     status,
 };
 
@@ -31,7 +31,13 @@ pub struct EmbedderService {
 }
 
 impl EmbedderService {
-    pub fn new(embedder: Arc<dyn Embedder>, limits: Limits, metrics: Metrics, clock: EngineClock, health: Health) -> Self {
+    pub fn new(
+        embedder: Arc<dyn Embedder>,
+        limits: Limits,
+        metrics: Metrics,
+        clock: EngineClock,
+        health: Health,
+    ) -> Self {
         let policy = BatchPolicy {
             window: limits.batch_window,
             budget: limits.batch_tokens,
@@ -48,7 +54,9 @@ impl EmbedderService {
 
     pub fn into_server(self) -> embedder_server::EmbedderServer<Self> {
         let max = self.limits.max_request_bytes;
-        embedder_server::EmbedderServer::new(self).max_decoding_message_size(max).max_encoding_message_size(max.max(64 << 20))
+        embedder_server::EmbedderServer::new(self)
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max.max(64 << 20))
     }
 
     async fn handle(&self, req: EmbedRequest, call: &Call) -> Result<EmbedResponse, Status> {

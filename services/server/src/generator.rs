@@ -8,16 +8,19 @@
 use std::{
     pin::Pin,
     sync::{
+        Arc,
         atomic::{AtomicUsize, Ordering},
-        mpsc, Arc,
+        mpsc,
     },
     task::{Context, Poll},
     time::Instant,
 };
 
-use api::v1::{generator_server, FinishReason as PbFinish, GenerateRequest as PbRequest, GenerateResponse, Usage};
+use api::v1::{FinishReason as PbFinish, GenerateRequest as PbRequest, GenerateResponse, Usage, generator_server};
 use futures::{Stream, StreamExt};
-use models::{generate::Sequence, ChatMessage, Chunk, FinishReason, GenerateRequest, Prompt, SamplingParams, TextGenerator};
+use models::{
+    ChatMessage, Chunk, FinishReason, GenerateRequest, Prompt, SamplingParams, TextGenerator, generate::Sequence,
+};
 use tokio::sync::mpsc as tmpsc;
 use tonic::{Code, Request, Response, Status};
 use tracing::Instrument;
@@ -25,7 +28,7 @@ use tracing::Instrument;
 use crate::{
     embedder::EngineClock,
     health::Health,
-    limits::{overloaded, too_large, Limits},
+    limits::{Limits, overloaded, too_large},
     metrics::Metrics,
     rpc::Call,
     status,
@@ -72,7 +75,8 @@ pub fn deadline(meta: &tonic::metadata::MetadataMap) -> Option<Instant> {
 fn expired(deadline: Option<Instant>, now: Instant, out: &Out, when: &str) -> bool {
     match deadline {
         Some(d) if d <= now => {
-            let _ = out.send(Err(Status::deadline_exceeded(format!("the request's deadline passed {when} generation"))));
+            let _ =
+                out.send(Err(Status::deadline_exceeded(format!("the request's deadline passed {when} generation"))));
             true
         }
         _ => false,
@@ -102,7 +106,13 @@ pub const DEFAULT_MAX_TOKENS: usize = 256;
 const MAX_STOP_REPEATED_WORDS: u32 = 64;
 
 impl GeneratorService {
-    pub fn new(generator: Arc<TextGenerator>, limits: Limits, metrics: Metrics, clock: EngineClock, health: Health) -> Self {
+    pub fn new(
+        generator: Arc<TextGenerator>,
+        limits: Limits,
+        metrics: Metrics,
+        clock: EngineClock,
+        health: Health,
+    ) -> Self {
         let (tx, rx) = mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let scheduler = Scheduler {
@@ -135,7 +145,9 @@ impl GeneratorService {
             }
             for (i, m) in r.messages.iter().enumerate() {
                 if !matches!(m.role.as_str(), "system" | "user" | "assistant") {
-                    return Err(Status::invalid_argument(format!("messages[{i}].role must be system, user or assistant")));
+                    return Err(Status::invalid_argument(format!(
+                        "messages[{i}].role must be system, user or assistant"
+                    )));
                 }
             }
             if r.messages.iter().all(|m| m.content.trim().is_empty()) {
@@ -167,7 +179,13 @@ impl GeneratorService {
                 r.stop_repeated_words
             )));
         }
-        Ok(GenerateRequest { prompt, max_tokens, sampling, stop: r.stop, stop_repeated_words: r.stop_repeated_words as usize })
+        Ok(GenerateRequest {
+            prompt,
+            max_tokens,
+            sampling,
+            stop: r.stop,
+            stop_repeated_words: r.stop_repeated_words as usize,
+        })
     }
 
     async fn handle(&self, r: PbRequest, deadline: Option<Instant>, call: &Call) -> Result<Receiver, Status> {
@@ -202,7 +220,9 @@ impl GeneratorService {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         self.metrics.queue_depth.set(self.waiting.load(Ordering::SeqCst) as i64);
         let peak_batch = Arc::new(AtomicUsize::new(0));
-        self.tx.send(NewSeq { req, out, deadline, peak_batch: peak_batch.clone() }).map_err(|_| Status::unavailable("the generator has stopped"))?;
+        self.tx
+            .send(NewSeq { req, out, deadline, peak_batch: peak_batch.clone() })
+            .map_err(|_| Status::unavailable("the generator has stopped"))?;
         Ok(Receiver { rx, peak_batch })
     }
 }
@@ -432,7 +452,8 @@ impl generator_server::Generator for GeneratorService {
                 Ok(Response::new(Box::pin(Observed { rx, call: Some(call), peak_batch, output_tokens: 0 })))
             }
             Err(s) => {
-                call.span().in_scope(|| tracing::info!(method = "Generate", code = ?s.code(), "request refused or failed"));
+                call.span()
+                    .in_scope(|| tracing::info!(method = "Generate", code = ?s.code(), "request refused or failed"));
                 call.finish(s.code());
                 Err(s)
             }

@@ -16,9 +16,9 @@ use protocol::ProtocolError;
 use tokio::sync::watch;
 use tonic::Status;
 use tonic_health::{
+    ServingStatus,
     pb::health_server::HealthServer,
     server::{HealthReporter, HealthService},
-    ServingStatus,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]

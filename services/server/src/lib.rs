@@ -26,7 +26,7 @@ pub mod status;
 pub use health::Health;
 pub use limits::Limits;
 pub use metrics::Metrics;
-pub use serve::{serve, ServeOptions, Transport};
+pub use serve::{ServeOptions, Transport, serve};
 
 /// Work that must not block the async runtime runs on its own OS thread; this is how long
 /// a handler waits for a batch slot before it reports the service as overloaded.

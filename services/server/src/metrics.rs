@@ -1,7 +1,7 @@
 //! Prometheus metrics of a service. Labels carry method names and status codes only —
 //! never request content.
 
-use std::sync::{atomic::AtomicU64, Arc};
+use std::sync::{Arc, atomic::AtomicU64};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -66,7 +66,11 @@ impl Metrics {
         sub.register("output_tokens", "Tokens generated", m.tokens_out.clone());
         sub.register("integrity_failures", "Engine products that failed U-Verify", m.integrity_failures.clone());
         sub.register("engine_seconds", "Time spent in the untrusted engine", m.engine_seconds.clone());
-        sub.register("tee_seconds", "Time spent in the TEE around engine calls (masking, attention, norms)", m.tee_seconds.clone());
+        sub.register(
+            "tee_seconds",
+            "Time spent in the TEE around engine calls (masking, attention, norms)",
+            m.tee_seconds.clone(),
+        );
         sub.register("active_sequences", "Sequences in the generator's decode batch", m.active_sequences.clone());
         *m.registry.lock().expect("registry") = registry;
         m
@@ -90,7 +94,8 @@ impl Metrics {
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().expect("registry")).expect("writing to a String");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().expect("registry"))
+            .expect("writing to a String");
         out
     }
 }

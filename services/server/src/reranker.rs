@@ -2,7 +2,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use api::v1::{reranker_server, RerankRequest, RerankResponse, RerankResult, Usage};
+use api::v1::{RerankRequest, RerankResponse, RerankResult, Usage, reranker_server};
 use models::Reranker;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -11,9 +11,9 @@ use crate::{
     batcher::{BatchPolicy, Batcher},
     embedder::EngineClock,
     health::Health,
-    limits::{too_large, Limits},
+    limits::{Limits, too_large},
     metrics::Metrics,
-    rpc::{code_of, Call},
+    rpc::{Call, code_of},
     status,
 };
 
@@ -31,7 +31,13 @@ pub struct RerankerService {
 }
 
 impl RerankerService {
-    pub fn new(reranker: Arc<dyn Reranker>, limits: Limits, metrics: Metrics, clock: EngineClock, health: Health) -> Self {
+    pub fn new(
+        reranker: Arc<dyn Reranker>,
+        limits: Limits,
+        metrics: Metrics,
+        clock: EngineClock,
+        health: Health,
+    ) -> Self {
         let policy = BatchPolicy {
             window: limits.batch_window,
             budget: limits.batch_tokens,
@@ -39,8 +45,9 @@ impl RerankerService {
             max_queue: limits.max_queue,
         };
         let (r, m, h) = (reranker.clone(), metrics.clone(), health.clone());
-        let batcher =
-            Batcher::spawn("reranker", policy, metrics.clone(), move |jobs: Vec<Job>| run_batch(r.as_ref(), &m, &h, &clock, jobs));
+        let batcher = Batcher::spawn("reranker", policy, metrics.clone(), move |jobs: Vec<Job>| {
+            run_batch(r.as_ref(), &m, &h, &clock, jobs)
+        });
         health.add_service(SERVICE);
         RerankerService { model: reranker.identity().to_string(), reranker, batcher, limits, metrics, health }
     }
@@ -73,7 +80,11 @@ impl RerankerService {
             for (i, d) in docs.iter().enumerate() {
                 let n = r.count_tokens(&query, d).map_err(|e| status::from_model(&e))?;
                 if n > max && !truncate {
-                    return Err(too_large(&format!("documents[{i}] tokens with the query (set truncate to cut them)"), n, max));
+                    return Err(too_large(
+                        &format!("documents[{i}] tokens with the query (set truncate to cut them)"),
+                        n,
+                        max,
+                    ));
                 }
                 tokens += n.min(max);
             }
@@ -99,11 +110,18 @@ impl RerankerService {
     }
 }
 
-fn run_batch(r: &dyn Reranker, m: &Metrics, health: &Health, clock: &EngineClock, jobs: Vec<Job>) -> Vec<Result<Vec<f32>, Status>> {
+fn run_batch(
+    r: &dyn Reranker,
+    m: &Metrics,
+    health: &Health,
+    clock: &EngineClock,
+    jobs: Vec<Job>,
+) -> Vec<Result<Vec<f32>, Status>> {
     if let Err(s) = health.check() {
         return jobs.iter().map(|_| Err(s.clone())).collect();
     }
-    let pairs: Vec<(&str, &str)> = jobs.iter().flat_map(|(q, docs)| docs.iter().map(move |d| (q.as_str(), d.as_str()))).collect();
+    let pairs: Vec<(&str, &str)> =
+        jobs.iter().flat_map(|(q, docs)| docs.iter().map(move |d| (q.as_str(), d.as_str()))).collect();
     let (t, before) = (Instant::now(), clock());
     let result = r.score_pairs(&pairs);
     m.account(t.elapsed().as_secs_f64(), before, clock());

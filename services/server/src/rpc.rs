@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use tonic::Code;
-use tracing::{field::Empty, Span};
+use tracing::{Span, field::Empty};
 
 use crate::metrics::Metrics;
 
@@ -102,7 +102,15 @@ impl Drop for Call {
 
 /// The codes OpenTelemetry's gRPC conventions count as server errors.
 fn is_server_error(code: Code) -> bool {
-    matches!(code, Code::Unknown | Code::DeadlineExceeded | Code::Unimplemented | Code::Internal | Code::Unavailable | Code::DataLoss)
+    matches!(
+        code,
+        Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::Unimplemented
+            | Code::Internal
+            | Code::Unavailable
+            | Code::DataLoss
+    )
 }
 
 /// The status code of a handler's result.

@@ -4,7 +4,7 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
-use attest::{ratls::danger::AttestedClientVerifier, AttestationService, ServerIdentity};
+use attest::{AttestationService, ServerIdentity, ratls::danger::AttestedClientVerifier};
 use axum::http::StatusCode;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
@@ -135,7 +135,12 @@ fn http_app(metrics: Metrics, health: Health) -> axum::Router {
 }
 
 /// The line a started service prints on stdout, so supervisors and tests know where it is.
-pub fn ready_line(role: &str, grpc: SocketAddr, metrics: Option<SocketAddr>, identity: Option<&ServerIdentity>) -> String {
+pub fn ready_line(
+    role: &str,
+    grpc: SocketAddr,
+    metrics: Option<SocketAddr>,
+    identity: Option<&ServerIdentity>,
+) -> String {
     let tls = identity.map_or("insecure".to_string(), |i| format!("ratls spki={}", hex_encode(&i.tls_spki_sha256())));
     let metrics = metrics.map_or(String::new(), |m| format!(" metrics={m}"));
     format!("GELO_READY role={role} grpc={grpc}{metrics} {tls}")

@@ -7,9 +7,10 @@ use tonic::Status;
 
 pub fn from_model(e: &ModelError) -> Status {
     match e {
-        ModelError::InvalidRequest(_) | ModelError::ContextTooLong { .. } | ModelError::Tokenizer(_) | ModelError::Template(_) => {
-            Status::invalid_argument(e.to_string())
-        }
+        ModelError::InvalidRequest(_)
+        | ModelError::ContextTooLong { .. }
+        | ModelError::Tokenizer(_)
+        | ModelError::Template(_) => Status::invalid_argument(e.to_string()),
         ModelError::Protocol(p) => from_protocol(p),
         _ => Status::internal(e.to_string()),
     }
@@ -20,7 +21,9 @@ pub fn from_protocol(e: &ProtocolError) -> Status {
         // Never a wrong answer: the request fails, the reason says why.
         ProtocolError::Integrity(v) => Status::data_loss(format!("GPU integrity check failed, request aborted: {v}")),
         ProtocolError::Engine(EngineError::DeviceLost(m)) => Status::unavailable(format!("engine device lost: {m}")),
-        ProtocolError::Engine(EngineError::OutOfMemory(m)) => Status::resource_exhausted(format!("engine out of memory: {m}")),
+        ProtocolError::Engine(EngineError::OutOfMemory(m)) => {
+            Status::resource_exhausted(format!("engine out of memory: {m}"))
+        }
         ProtocolError::Engine(EngineError::NoAdapter(m)) => Status::unavailable(format!("no engine adapter: {m}")),
         ProtocolError::NonFinite { .. } => Status::internal(format!("numerical failure: {e}")),
         _ => Status::internal(e.to_string()),

@@ -6,25 +6,23 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
 
-use api::v1::{
-    embedder_client::EmbedderClient, generator_client::GeneratorClient, EmbedRequest, GenerateRequest,
-};
+use api::v1::{EmbedRequest, GenerateRequest, embedder_client::EmbedderClient, generator_client::GeneratorClient};
 use kernels::{CpuEngine, Engine, EngineError, EngineInfo, Masked, Registered, Weight, WeightId};
 use protocol::{MaskedConfig, MaskedExecutor};
 use server::{
+    Health, Limits, Metrics,
     embedder::EmbedderService,
     generator::GeneratorService,
-    serve::{serve, ServeOptions, Transport},
-    Health, Limits, Metrics,
+    serve::{ServeOptions, Transport, serve},
 };
 use tokio::net::TcpListener;
-use tonic::{transport::Channel, Code};
-use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+use tonic::{Code, transport::Channel};
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 /// The CPU engine until `lost` is set; then every product fails with DeviceLost. Counts
 /// the products asked for after the loss.
@@ -103,7 +101,8 @@ async fn start(routes: tonic::service::Routes, metrics: Metrics, health: Health)
     let metrics_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (grpc, http) = (listener.local_addr().unwrap(), metrics_listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let opts = ServeOptions { listener, transport: Transport::Insecure, metrics_listener: Some(metrics_listener), metrics };
+    let opts =
+        ServeOptions { listener, transport: Transport::Insecure, metrics_listener: Some(metrics_listener), metrics };
     tokio::spawn(async move {
         serve(opts, routes, health, async move {
             let _ = stopped.await;
@@ -206,8 +205,9 @@ async fn embedder_that_loses_its_device_reports_not_serving_and_refuses_with_una
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generator_that_loses_its_device_mid_stream_reports_not_serving() {
     let gpu = gpu();
-    let generator =
-        Arc::new(models::load_generator(&model("smollm2-135m-instruct.gguf"), gpu.exec.clone(), &Default::default()).unwrap());
+    let generator = Arc::new(
+        models::load_generator(&model("smollm2-135m-instruct.gguf"), gpu.exec.clone(), &Default::default()).unwrap(),
+    );
     let (metrics, health) = (Metrics::new("generator"), Health::new());
     let svc = GeneratorService::new(generator, Limits::default(), metrics.clone(), Arc::new(|| 0.0), health.clone());
     let r = start(tonic::service::Routes::new(svc.into_server()), metrics, health).await;

@@ -3,15 +3,15 @@
 
 use std::sync::Arc;
 
-use api::v1::{embedder_server::Embedder as _, EmbedRequest};
+use api::v1::{EmbedRequest, embedder_server::Embedder as _};
 use kernels::Engine;
 use protocol::{Executor as _, MaskedConfig, MaskedExecutor, UVerifyConfig};
-use server::{embedder::EmbedderService, Health, Limits, Metrics};
+use server::{Health, Limits, Metrics, embedder::EmbedderService};
 
 #[path = "support/integrity.rs"]
 mod support;
 
-use support::{minilm, Corrupting};
+use support::{Corrupting, minilm};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
@@ -19,7 +19,8 @@ async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
     let engine: Arc<dyn Engine> = Arc::new(corrupting);
     let cfg = MaskedConfig { verify: Some(UVerifyConfig::default()), ..Default::default() };
     let exec = Arc::new(MaskedExecutor::new(engine, cfg).unwrap());
-    let embedder: Arc<dyn models::Embedder> = models::load_embedder(&minilm(), exec.clone(), &Default::default()).unwrap().into();
+    let embedder: Arc<dyn models::Embedder> =
+        models::load_embedder(&minilm(), exec.clone(), &Default::default()).unwrap().into();
     let metrics = Metrics::new("embedder");
     let health = Health::new();
     health.set_serving();
@@ -36,7 +37,11 @@ async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
 
     // An engine that returned one wrong product gets no more work: NOT_SERVING, and even
     // with the engine honest again every request is refused with the reason.
-    assert!(matches!(health.state(), server::health::State::Failed(ref r) if r.contains("integrity")), "{:?}", health.state());
+    assert!(
+        matches!(health.state(), server::health::State::Failed(ref r) if r.contains("integrity")),
+        "{:?}",
+        health.state()
+    );
     tamper.store(false, std::sync::atomic::Ordering::SeqCst);
     let refused = svc.embed(req()).await.expect_err("a compromised service keeps refusing");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{}", refused.message());

@@ -107,7 +107,12 @@ impl Vectors {
 }
 
 /// Runs the queries (after 3 warm-up queries): sorted latencies and each query's hit ids.
-fn queries(store: &EncryptedRedbStore, queries: &[Vec<f32>], k: usize, expect: usize) -> Result<(Vec<Duration>, Vec<Vec<String>>), store::StoreError> {
+fn queries(
+    store: &EncryptedRedbStore,
+    queries: &[Vec<f32>],
+    k: usize,
+    expect: usize,
+) -> Result<(Vec<Duration>, Vec<Vec<String>>), store::StoreError> {
     for q in &queries[..3] {
         store.search(q, k)?;
     }
@@ -137,7 +142,8 @@ fn latency_line(what: &str, k: usize, lat: &[Duration]) -> String {
 }
 
 fn text(rng: &mut ChaCha8Rng, bytes: usize) -> String {
-    const WORDS: [&str; 12] = ["the", "cell", "protein", "binding", "of", "results", "in", "patients", "with", "increased", "risk", "study"];
+    const WORDS: [&str; 12] =
+        ["the", "cell", "protein", "binding", "of", "results", "in", "patients", "with", "increased", "risk", "study"];
     let mut s = String::with_capacity(bytes + 16);
     while s.len() < bytes {
         s.push_str(WORDS[rng.random_range(0..WORDS.len())]);
@@ -171,7 +177,8 @@ fn run(o: &Options, total_chunks: usize) -> Result<(), Box<dyn std::error::Error
     let key = SealingKey::generate()?;
     let mut rng = ChaCha8Rng::seed_from_u64(total_chunks as u64);
     let docs = total_chunks.div_ceil(o.chunks_per_doc);
-    let vectors = Vectors { dim: o.dim, centres: (0..o.clusters).map(|_| unit(&mut rng, o.dim)).collect(), spread: o.spread };
+    let vectors =
+        Vectors { dim: o.dim, centres: (0..o.clusters).map(|_| unit(&mut rng, o.dim)).collect(), spread: o.spread };
     let exact = StoreOptions { ann_threshold: usize::MAX, ..StoreOptions::default() };
 
     // 1. Ingest, one commit per batch of documents. Generating the inputs is timed apart.
@@ -188,7 +195,9 @@ fn run(o: &Options, total_chunks: usize) -> Result<(), Box<dyn std::error::Error
                     id: format!("doc-{i}"),
                     title: format!("Document {i}"),
                     metadata: [("source".to_string(), format!("bench/{i}.txt"))].into(),
-                    chunks: (0..n).map(|_| Chunk { text: text(&mut rng, o.text_bytes), embedding: vectors.next(&mut rng) }).collect(),
+                    chunks: (0..n)
+                        .map(|_| Chunk { text: text(&mut rng, o.text_bytes), embedding: vectors.next(&mut rng) })
+                        .collect(),
                 }
             })
             .collect();

@@ -20,11 +20,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::StoreOptions;
 use crate::ivf::Ivf;
 use crate::matrix::Matrix;
-use crate::search::{self, Hit};
-use crate::StoreOptions;
 use crate::seal::{DocHash, Generation};
+use crate::search::{self, Hit};
 
 pub(crate) struct DocEntry {
     pub(crate) hash: DocHash,
@@ -91,7 +91,9 @@ impl Index {
         let n = self.chunks();
         if n <= self.ann.ann_threshold / 2 {
             self.ivf = None;
-        } else if n > self.ann.ann_threshold && self.ivf.as_ref().is_none_or(|ivf| n >= ivf.built_for().saturating_mul(2)) {
+        } else if n > self.ann.ann_threshold
+            && self.ivf.as_ref().is_none_or(|ivf| n >= ivf.built_for().saturating_mul(2))
+        {
             let mut ivf = Ivf::build(&self.matrix);
             let order = ivf.make_contiguous();
             self.permute(&order);
@@ -220,7 +222,15 @@ mod tests {
     use super::*;
 
     fn entry(h: u8) -> DocEntry {
-        DocEntry { hash: [h; 32], id: format!("d{h}"), title: String::new(), metadata: BTreeMap::new(), generation: [0; 16], first_seq: 0, rows: vec![] }
+        DocEntry {
+            hash: [h; 32],
+            id: format!("d{h}"),
+            title: String::new(),
+            metadata: BTreeMap::new(),
+            generation: [0; 16],
+            first_seq: 0,
+            rows: vec![],
+        }
     }
 
     use crate::random_unit as unit;

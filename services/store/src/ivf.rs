@@ -98,7 +98,8 @@ impl Ivf {
             .par_iter()
             .map(|segment| segment.chunks_exact(dim).map(|v| nearest(&centroids, dim, v)).collect())
             .collect();
-        let mut ivf = Ivf { dim, centroids, lists: vec![Vec::new(); nlist], place: Vec::with_capacity(n), built_for: n };
+        let mut ivf =
+            Ivf { dim, centroids, lists: vec![Vec::new(); nlist], place: Vec::with_capacity(n), built_for: n };
         for (row, list) in assigned.into_iter().flatten().enumerate() {
             ivf.append(row as u32, list);
         }

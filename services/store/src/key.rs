@@ -76,10 +76,7 @@ impl SealingKey {
                 Ok(()) => Ok(SealingKey(key)),
                 Err(_) => {
                     key.zeroize();
-                    Err(key_file(
-                        path,
-                        format!("expected 64 hex digits or 32 raw bytes, found {} bytes", bytes.len()),
-                    ))
+                    Err(key_file(path, format!("expected 64 hex digits or 32 raw bytes, found {} bytes", bytes.len())))
                 }
             }
         };

@@ -24,8 +24,8 @@ mod ivf;
 mod key;
 mod matrix;
 mod redb_store;
-mod search;
 mod seal;
+mod search;
 
 use std::collections::BTreeMap;
 

@@ -103,7 +103,12 @@ impl EncryptedRedbStore {
 
     /// [`EncryptedRedbStore::open`] with search options. Over the ANN threshold the IVF index
     /// is built here, after the vectors are loaded, so the open takes longer.
-    pub fn open_with(path: impl AsRef<Path>, key: &SealingKey, dimension: usize, options: StoreOptions) -> Result<Self> {
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        key: &SealingKey,
+        dimension: usize,
+        options: StoreOptions,
+    ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         if dimension == 0 || dimension > MAX_DIMENSION {
             return Err(StoreError::invalid(format!("dimension must be between 1 and {MAX_DIMENSION}")));
@@ -111,10 +116,7 @@ impl EncryptedRedbStore {
         if options.nprobe == 0 {
             return Err(StoreError::invalid("nprobe must be at least 1"));
         }
-        let db = Database::builder()
-            .set_check_integrity_on_open(true)
-            .set_cache_size(CACHE_BYTES)
-            .create(&path)?;
+        let db = Database::builder().set_check_integrity_on_open(true).set_cache_size(CACHE_BYTES).create(&path)?;
         let sealer = Sealer::new(key);
         let next_seq = check_or_init_meta(&db, &sealer, dimension)?;
         let mut index = load_index(&db, &sealer, Index::with_ann(dimension, options), next_seq)?;
@@ -321,7 +323,8 @@ impl VectorStore for EncryptedRedbStore {
         let texts = txn.open_table(TEXTS)?;
         let mut chunks = Vec::with_capacity(record.chunks as usize);
         for i in 0..record.chunks {
-            let at = ChunkBinding { seq: record.first_seq + i as u64, doc: &hash, index: i, generation: &record.generation };
+            let at =
+                ChunkBinding { seq: record.first_seq + i as u64, doc: &hash, index: i, generation: &record.generation };
             let mut embedding = vec![0f32; self.dim];
             let sealed = vectors.get(at.seq)?.ok_or_else(|| missing(RecordKind::ChunkVector))?;
             codec::decode_vector(&self.sealer.open(Aad::Vector(at), sealed.value())?, &mut embedding)?;

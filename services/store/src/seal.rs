@@ -195,8 +195,14 @@ mod tests {
             }
         }
         // A text record is not a vector record, nor a document.
-        assert!(matches!(s.open(Aad::Vector(at), &sealed), Err(StoreError::Corrupt { kind: RecordKind::ChunkVector, .. })));
-        assert!(matches!(s.open(Aad::Document(&doc), &sealed), Err(StoreError::Corrupt { kind: RecordKind::Document, .. })));
+        assert!(matches!(
+            s.open(Aad::Vector(at), &sealed),
+            Err(StoreError::Corrupt { kind: RecordKind::ChunkVector, .. })
+        ));
+        assert!(matches!(
+            s.open(Aad::Document(&doc), &sealed),
+            Err(StoreError::Corrupt { kind: RecordKind::Document, .. })
+        ));
         // Another key fails too.
         assert!(sealer(2).open(Aad::Text(at), &sealed).is_err());
         // Truncated records fail cleanly.

@@ -61,7 +61,13 @@ pub(crate) fn exact_top_k(matrix: &Matrix, query: &[f32], k: usize) -> Vec<Hit> 
         .enumerate()
         .map(|(s, segment)| {
             let base = (s * Matrix::SEGMENT_ROWS) as u32;
-            best_k(segment.chunks_exact(dim).enumerate().map(|(i, row)| Hit { score: dot(query, row), row: base + i as u32 }), k)
+            best_k(
+                segment
+                    .chunks_exact(dim)
+                    .enumerate()
+                    .map(|(i, row)| Hit { score: dot(query, row), row: base + i as u32 }),
+                k,
+            )
         })
         .collect();
     merge(partials, k)

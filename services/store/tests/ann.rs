@@ -7,9 +7,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use common::unit;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use common::unit;
 use store::{Chunk, Document, EncryptedRedbStore, Passage, SealingKey, StoreError, StoreOptions, VectorStore};
 
 fn key() -> SealingKey {
@@ -85,7 +85,12 @@ fn the_threshold_is_respected() {
     let ann = open(&dir.path().join("ann.redb"), dim, 2000, 1);
     assert!(same(&exact, &ann));
     assert!(matches!(
-        EncryptedRedbStore::open_with(dir.path().join("z.redb"), &key(), dim, StoreOptions { ann_threshold: 0, nprobe: 0 }),
+        EncryptedRedbStore::open_with(
+            dir.path().join("z.redb"),
+            &key(),
+            dim,
+            StoreOptions { ann_threshold: 0, nprobe: 0 }
+        ),
         Err(StoreError::InvalidInput(_))
     ));
 }
@@ -155,7 +160,10 @@ fn deletes_and_moves_keep_hits_correct() {
         // Replacements under old ids and some new documents.
         let mut batch = docs(&format!("n{round}-"), 30, 8, || unit(&mut rng, dim));
         for (i, id) in live.keys().take(20).enumerate() {
-            batch.push(Document { id: id.clone(), ..docs(&format!("r{round}-{i}"), 1, 5, || unit(&mut rng, dim)).remove(0) });
+            batch.push(Document {
+                id: id.clone(),
+                ..docs(&format!("r{round}-{i}"), 1, 5, || unit(&mut rng, dim)).remove(0)
+            });
         }
         for d in &batch {
             if let Some(old) = live.insert(d.id.clone(), d.clone()) {
@@ -170,7 +178,10 @@ fn deletes_and_moves_keep_hits_correct() {
     for d in live.values() {
         for (i, c) in d.chunks.iter().enumerate() {
             let top = &store.search(&c.embedding, 1).unwrap()[0];
-            assert_eq!((top.passage_id.as_str(), top.text.as_str()), (format!("{}#{i}", d.id).as_str(), c.text.as_str()));
+            assert_eq!(
+                (top.passage_id.as_str(), top.text.as_str()),
+                (format!("{}#{i}", d.id).as_str(), c.text.as_str())
+            );
             assert!((top.score - 1.0).abs() < 1e-5);
         }
     }

@@ -30,7 +30,10 @@ fn corpus() -> Vec<Document> {
             metadata: BTreeMap::from([("author".to_string(), format!("Xylophone Quixote {d}"))]),
             chunks: (0..5)
                 .map(|c| Chunk {
-                    text: format!("The merger password is hunter2-{d}-{c}; the zebra crossing at dawn. {}", "filler ".repeat(40)),
+                    text: format!(
+                        "The merger password is hunter2-{d}-{c}; the zebra crossing at dawn. {}",
+                        "filler ".repeat(40)
+                    ),
                     embedding: vector(d, c),
                 })
                 .collect(),
@@ -163,7 +166,12 @@ fn flipped_bytes_give_typed_errors_or_the_original_data() {
                 assert!(got == want, "byte {at} ^ {mask:#x}: the store opened and answered differently");
                 unchanged += 1;
             }
-            Err(StoreError::Corrupt { .. } | StoreError::WrongKey | StoreError::UnsupportedFormat(_) | StoreError::Db(_)) => {
+            Err(
+                StoreError::Corrupt { .. }
+                | StoreError::WrongKey
+                | StoreError::UnsupportedFormat(_)
+                | StoreError::Db(_),
+            ) => {
                 failed += 1;
             }
             Err(other) => panic!("byte {at} ^ {mask:#x}: unexpected error kind {other:?}"),

@@ -123,10 +123,8 @@ fn check(store: &EncryptedRedbStore, last_acked: &BTreeMap<String, u64>) -> u64 
     }
     let stats = store.stats().unwrap();
     assert_eq!(stats.documents, present, "documents outside the expected ids");
-    let chunks: u64 = (0..IDS)
-        .filter_map(|i| store.get(&format!("doc-{i}")).unwrap())
-        .map(|d| d.chunks.len() as u64)
-        .sum();
+    let chunks: u64 =
+        (0..IDS).filter_map(|i| store.get(&format!("doc-{i}")).unwrap()).map(|d| d.chunks.len() as u64).sum();
     assert_eq!(stats.chunks, chunks, "the index holds chunks no document owns");
     max_seq
 }

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use common::unit;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use common::unit;
 use store::{Chunk, Document, EncryptedRedbStore, SealingKey, StoreError, VectorStore};
 
 const DIM: usize = 16;
@@ -162,9 +162,8 @@ fn persists_across_reopen_and_checks_key_and_dimension() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    let docs: Vec<Document> = (0..20)
-        .map(|i| doc(&format!("d{i}"), &["one", "two", "three"][..1 + i % 3], &mut rng))
-        .collect();
+    let docs: Vec<Document> =
+        (0..20).map(|i| doc(&format!("d{i}"), &["one", "two", "three"][..1 + i % 3], &mut rng)).collect();
     let query = unit(&mut rng, DIM);
     let (before, stats) = {
         let store = open(&path);
@@ -201,10 +200,7 @@ fn queries_of_the_wrong_dimension_or_norm_are_rejected() {
     let store = open(&dir.path().join("s.redb"));
     assert!(matches!(store.search(&[1.0; 3], 5), Err(StoreError::DimensionMismatch { expected: DIM, got: 3 })));
     assert!(matches!(store.search(&[0.0; DIM], 5), Err(StoreError::InvalidInput(_))));
-    assert!(matches!(
-        EncryptedRedbStore::open(dir.path().join("t.redb"), &key(), 0),
-        Err(StoreError::InvalidInput(_))
-    ));
+    assert!(matches!(EncryptedRedbStore::open(dir.path().join("t.redb"), &key(), 0), Err(StoreError::InvalidInput(_))));
 }
 
 /// Exact search against a brute-force cosine in f64, after inserts, replacements and deletes.

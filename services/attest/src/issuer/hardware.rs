@@ -55,14 +55,13 @@ impl HardwareIssuer {
         use sev::firmware::guest::Firmware;
         use sev::firmware::host::CertType;
 
-        let mut fw = Firmware::open().map_err(|e| AttestError::Firmware(format!("open {}: {e}", self.device.display())))?;
+        let mut fw =
+            Firmware::open().map_err(|e| AttestError::Firmware(format!("open {}: {e}", self.device.display())))?;
         let (report, certs) = fw
             .get_ext_report(None, Some(report_data), Some(self.vmpl))
             .map_err(|e| AttestError::Firmware(e.to_string()))?;
         let chain = certs.and_then(|entries| {
-            let find = |t: CertType| {
-                entries.iter().find(|e| e.cert_type == t).and_then(|e| pem_or_der(&e.data).ok())
-            };
+            let find = |t: CertType| entries.iter().find(|e| e.cert_type == t).and_then(|e| pem_or_der(&e.data).ok());
             // A VLEK stands in for the VCEK where the cloud provider uses one.
             let vek = find(CertType::VCEK).or_else(|| find(CertType::VLEK))?;
             Some(CertChain { ark_der: find(CertType::ARK)?, ask_der: find(CertType::ASK)?, vcek_der: vek })
@@ -85,7 +84,9 @@ impl HardwareIssuer {
         let vcek_der = read_cert(dir, "vcek")?
             .ok_or_else(|| AttestError::MissingCertificates(format!("no vcek.der or vcek.pem in {}", dir.display())))?;
         let generation = generation_of(report).ok_or_else(|| {
-            AttestError::MissingCertificates("cannot tell the EPYC generation of this report to pick the ARK/ASK".into())
+            AttestError::MissingCertificates(
+                "cannot tell the EPYC generation of this report to pick the ARK/ASK".into(),
+            )
         })?;
         let ark_der = read_cert(dir, "ark")?.unwrap_or_else(|| generation.ark_der().to_vec());
         let ask_der = read_cert(dir, "ask")?.unwrap_or_else(|| generation.ask_der());

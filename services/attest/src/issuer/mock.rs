@@ -20,6 +20,7 @@ use sev::firmware::guest::{AttestationReport, GuestPolicy, KeyInfo, PlatformInfo
 use sev::firmware::host::TcbVersion;
 use sev::parser::ByteParser;
 use sha2::{Digest, Sha256, Sha384};
+use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
 use x509_cert::der::asn1::{BitString, GeneralizedTime, Ia5StringRef, OctetString, OctetStringRef, UtcTime};
 use x509_cert::der::oid::AssociatedOid;
 use x509_cert::der::pem::LineEnding;
@@ -30,7 +31,6 @@ use x509_cert::name::Name;
 use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::{DynSignatureAlgorithmIdentifier, SubjectPublicKeyInfoOwned};
 use x509_cert::time::{Time, Validity};
-use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
 use x509_cert::{Certificate, TbsCertificate, Version as X509Version};
 
 use super::{IssuedReport, ReportIssuer};
@@ -183,12 +183,16 @@ impl MockPki {
                 MockCa::Ark => &self.ark_der,
                 MockCa::Ask => &self.ask_der,
             };
-            Ok(Certificate::from_der(der).map_err(|e| AttestError::crypto("CA certificate", e))?.tbs_certificate.subject)
+            Ok(Certificate::from_der(der)
+                .map_err(|e| AttestError::crypto("CA certificate", e))?
+                .tbs_certificate
+                .subject)
         };
         let signer = match spec.signer {
             MockCa::Ark => self.ark_key.as_ref().ok_or_else(|| AttestError::MockPki {
                 path: PathBuf::new(),
-                detail: "this PKI was loaded and has no ARK key (it is never saved): generate one to sign ARK CRLs".into(),
+                detail: "this PKI was loaded and has no ARK key (it is never saved): generate one to sign ARK CRLs"
+                    .into(),
             })?,
             MockCa::Ask => &self.ask_key,
         };
@@ -198,7 +202,11 @@ impl MockPki {
         let revoked: Vec<RevokedCert> = spec
             .revoked
             .iter()
-            .map(|serial| RevokedCert { serial_number: serial.clone(), revocation_date: revoked_at, crl_entry_extensions: None })
+            .map(|serial| RevokedCert {
+                serial_number: serial.clone(),
+                revocation_date: revoked_at,
+                crl_entry_extensions: None,
+            })
             .collect();
         let tbs = TbsCertList {
             version: X509Version::V2,
@@ -210,9 +218,8 @@ impl MockPki {
             crl_extensions: None,
         };
         let tbs_der = tbs.to_der().map_err(|e| AttestError::crypto("TBS CRL", e))?;
-        let signature = key
-            .try_sign_with_rng(&mut OsRng, &tbs_der)
-            .map_err(|e| AttestError::crypto("PSS signature", e))?;
+        let signature =
+            key.try_sign_with_rng(&mut OsRng, &tbs_der).map_err(|e| AttestError::crypto("PSS signature", e))?;
         let crl = CertificateList {
             tbs_cert_list: tbs,
             signature_algorithm: algorithm,
@@ -253,15 +260,8 @@ impl MockPki {
         let err = |e: std::io::Error| AttestError::io(dir, e);
         std::fs::create_dir_all(dir).map_err(err)?;
         let pem = |der: &[u8]| to_pem(der);
-        let ask_key = self
-            .ask_key
-            .to_pkcs8_pem(LineEnding::LF)
-            .map_err(|e| AttestError::crypto("ASK key", e))?;
-        let vcek_key = self
-            .vcek
-            .key
-            .to_pkcs8_pem(LineEnding::LF)
-            .map_err(|e| AttestError::crypto("VCEK key", e))?;
+        let ask_key = self.ask_key.to_pkcs8_pem(LineEnding::LF).map_err(|e| AttestError::crypto("ASK key", e))?;
+        let vcek_key = self.vcek.key.to_pkcs8_pem(LineEnding::LF).map_err(|e| AttestError::crypto("VCEK key", e))?;
         write_file(&dir.join(FILE_ASK_KEY), ask_key.as_bytes(), true)?;
         write_file(&dir.join(FILE_VCEK_KEY), vcek_key.as_bytes(), true)?;
         write_file(&dir.join(FILE_ASK), pem(&self.ask_der)?.as_bytes(), false)?;
@@ -280,10 +280,12 @@ impl MockPki {
         let ark_der = cert(FILE_ARK)?;
         let ask_der = cert(FILE_ASK)?;
         let vcek_der = cert(FILE_VCEK)?;
-        let text = |name: &str| -> Result<String> { String::from_utf8(read(name)?).map_err(|e| bad(format!("{name}: {e}"))) };
-        let ask_key = RsaPrivateKey::from_pkcs8_pem(&text(FILE_ASK_KEY)?).map_err(|e| bad(format!("{FILE_ASK_KEY}: {e}")))?;
-        let vcek_key =
-            p384::ecdsa::SigningKey::from_pkcs8_pem(&text(FILE_VCEK_KEY)?).map_err(|e| bad(format!("{FILE_VCEK_KEY}: {e}")))?;
+        let text =
+            |name: &str| -> Result<String> { String::from_utf8(read(name)?).map_err(|e| bad(format!("{name}: {e}"))) };
+        let ask_key =
+            RsaPrivateKey::from_pkcs8_pem(&text(FILE_ASK_KEY)?).map_err(|e| bad(format!("{FILE_ASK_KEY}: {e}")))?;
+        let vcek_key = p384::ecdsa::SigningKey::from_pkcs8_pem(&text(FILE_VCEK_KEY)?)
+            .map_err(|e| bad(format!("{FILE_VCEK_KEY}: {e}")))?;
         let vcek_cert = Certificate::from_der(&vcek_der).map_err(|e| bad(format!("{FILE_VCEK}: {e}")))?;
         let ext = amd::vcek_extensions(&vcek_cert).map_err(|e| bad(format!("{FILE_VCEK}: {e}")))?;
         let chip_id: Option<[u8; 64]> = ext.hw_id.as_deref().and_then(|id| id.try_into().ok());
@@ -292,12 +294,7 @@ impl MockPki {
         else {
             return Err(bad(format!("{FILE_VCEK} lacks AMD TCB or 64-byte hwID extensions")));
         };
-        let spki = vcek_cert
-            .tbs_certificate
-            .subject_public_key_info
-            .subject_public_key
-            .as_bytes()
-            .unwrap_or_default();
+        let spki = vcek_cert.tbs_certificate.subject_public_key_info.subject_public_key.as_bytes().unwrap_or_default();
         if vcek_key.verifying_key().to_encoded_point(false).as_bytes() != spki {
             return Err(bad(format!("{FILE_VCEK_KEY} does not match {FILE_VCEK}")));
         }
@@ -444,7 +441,11 @@ impl MockIssuer {
 
     /// The chain this issuer's reports verify against.
     pub fn chain(&self) -> CertChain {
-        CertChain { ark_der: self.pki.ark_der.clone(), ask_der: self.pki.ask_der.clone(), vcek_der: self.vcek.der.clone() }
+        CertChain {
+            ark_der: self.pki.ark_der.clone(),
+            ask_der: self.pki.ask_der.clone(),
+            vcek_der: self.vcek.der.clone(),
+        }
     }
 
     fn report(&self, report_data: [u8; 64]) -> Result<[u8; REPORT_LEN]> {
@@ -516,9 +517,16 @@ enum HwId {
 }
 
 /// A VCEK for `tcb` on chip `chip_id`, signed by the ASK like AMD's KDS would.
-fn mint_vcek(ask_key: &RsaPrivateKey, ask_der: &[u8], tcb: Tcb, chip_id: [u8; 64], hw_id_ext: HwId) -> Result<MockVcek> {
+fn mint_vcek(
+    ask_key: &RsaPrivateKey,
+    ask_der: &[u8],
+    tcb: Tcb,
+    chip_id: [u8; 64],
+    hw_id_ext: HwId,
+) -> Result<MockVcek> {
     let key = p384::ecdsa::SigningKey::random(&mut OsRng);
-    let spki = SubjectPublicKeyInfoOwned::from_key(*key.verifying_key()).map_err(|e| AttestError::crypto("VCEK key", e))?;
+    let spki =
+        SubjectPublicKeyInfoOwned::from_key(*key.verifying_key()).map_err(|e| AttestError::crypto("VCEK key", e))?;
     let ask = Certificate::from_der(ask_der).map_err(|e| AttestError::crypto("ASK", e))?;
     let int = |v: u8| v.to_der();
     let ext_der = |oid, value: std::result::Result<Vec<u8>, x509_cert::der::Error>| -> Result<Extension> {
@@ -630,9 +638,7 @@ fn sign_cert(
         extensions: Some(extensions),
     };
     let tbs_der = tbs.to_der().map_err(|e| AttestError::crypto("TBS certificate", e))?;
-    let signature = key
-        .try_sign_with_rng(&mut OsRng, &tbs_der)
-        .map_err(|e| AttestError::crypto("PSS signature", e))?;
+    let signature = key.try_sign_with_rng(&mut OsRng, &tbs_der).map_err(|e| AttestError::crypto("PSS signature", e))?;
     let cert = Certificate {
         tbs_certificate: tbs,
         signature_algorithm: algorithm,
@@ -642,9 +648,7 @@ fn sign_cert(
 }
 
 fn to_pem(der: &[u8]) -> Result<String> {
-    Certificate::from_der(der)
-        .and_then(|c| c.to_pem(LineEnding::LF))
-        .map_err(|e| AttestError::crypto("PEM", e))
+    Certificate::from_der(der).and_then(|c| c.to_pem(LineEnding::LF)).map_err(|e| AttestError::crypto("PEM", e))
 }
 
 fn write_file(path: &Path, bytes: &[u8], private: bool) -> Result<()> {

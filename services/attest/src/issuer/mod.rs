@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 pub use hardware::{HardwareIssuer, SEV_GUEST_DEVICE};
 pub use mock::{
-    FILE_MEASUREMENT as MOCK_MEASUREMENT_FILE, MockCa, MockCrl, MockIssuer, MockPki, MockSettings, default_mock_measurement,
+    FILE_MEASUREMENT as MOCK_MEASUREMENT_FILE, MockCa, MockCrl, MockIssuer, MockPki, MockSettings,
+    default_mock_measurement,
 };
 
 use crate::binding::{Binding, MAX_NONCE_LEN, report_data};
@@ -101,7 +102,8 @@ pub fn issuer_from_env_or_default() -> Result<Arc<dyn ReportIssuer>> {
             issuer = issuer.with_vcek_cache(dir);
         }
         if let Ok(vmpl) = std::env::var(env::VMPL) {
-            let vmpl = vmpl.parse().map_err(|_| AttestError::Config(format!("{}={vmpl:?} is not a number", env::VMPL)))?;
+            let vmpl =
+                vmpl.parse().map_err(|_| AttestError::Config(format!("{}={vmpl:?} is not a number", env::VMPL)))?;
             issuer = issuer.with_vmpl(vmpl);
         }
         Ok(Arc::new(issuer))

@@ -72,14 +72,15 @@ impl ServerIdentity {
     /// `claims` bound to that key and [`STARTUP_NONCE`]. The private key never leaves
     /// this process.
     pub fn generate(issuer: Arc<dyn ReportIssuer>, claims: ServiceClaims) -> Result<Self> {
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| AttestError::Tls(e.to_string()))?;
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .map_err(|e| AttestError::Tls(e.to_string()))?;
         use rcgen::PublicKeyData as _;
         let tls_spki_sha256 = spki_sha256(&key.subject_public_key_info());
         let evidence = issue_evidence(issuer.as_ref(), &claims, tls_spki_sha256, &STARTUP_NONCE)?;
 
         let role = if claims.role.is_empty() { "service" } else { claims.role.as_str() };
-        let mut params =
-            rcgen::CertificateParams::new(vec![format!("{role}.gelo.invalid")]).map_err(|e| AttestError::Tls(e.to_string()))?;
+        let mut params = rcgen::CertificateParams::new(vec![format!("{role}.gelo.invalid")])
+            .map_err(|e| AttestError::Tls(e.to_string()))?;
         params.distinguished_name.push(rcgen::DnType::CommonName, format!("gelo {role} (RA-TLS)"));
         params.custom_extensions.push(rcgen::CustomExtension::from_oid_content(EVIDENCE_OID, evidence.to_bytes()));
         let cert = params.self_signed(&key).map_err(|e| AttestError::Tls(e.to_string()))?;
@@ -188,18 +189,15 @@ pub fn evidence_from_certificate(cert_der: &[u8]) -> Result<(Evidence, [u8; 32])
         .subject_public_key_info
         .to_der()
         .map_err(|e| VerifyError::EvidenceMalformed(format!("TLS certificate SPKI: {e}")))?;
-    let mut found = cert
-        .tbs_certificate
-        .extensions
-        .iter()
-        .flatten()
-        .filter(|e| e.extn_id.to_string() == EVIDENCE_OID_STR);
+    let mut found =
+        cert.tbs_certificate.extensions.iter().flatten().filter(|e| e.extn_id.to_string() == EVIDENCE_OID_STR);
     let ext = found
         .next()
         .ok_or_else(|| VerifyError::EvidenceMalformed("TLS certificate carries no evidence extension".into()))?;
     if found.next().is_some() {
         return Err(VerifyError::EvidenceMalformed("TLS certificate carries two evidence extensions".into()));
     }
-    let evidence = Evidence::from_bytes(ext.extn_value.as_bytes()).map_err(|e| VerifyError::EvidenceMalformed(e.to_string()))?;
+    let evidence =
+        Evidence::from_bytes(ext.extn_value.as_bytes()).map_err(|e| VerifyError::EvidenceMalformed(e.to_string()))?;
     Ok((evidence, spki_sha256(&spki)))
 }

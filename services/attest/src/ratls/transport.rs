@@ -32,7 +32,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn serve_incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
-) -> impl Stream<Item = std::result::Result<tokio_rustls::server::TlsStream<TcpStream>, std::io::Error>> + Send + 'static {
+) -> impl Stream<Item = std::result::Result<tokio_rustls::server::TlsStream<TcpStream>, std::io::Error>> + Send + 'static
+{
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
     tokio::spawn(async move {
@@ -120,7 +121,8 @@ impl RaTlsConnector {
             .map_err(|e| AttestError::Transport(format!("connect {host}:{port}: {e}")))?;
         let _ = tcp.set_nodelay(true);
 
-        let session = self.session.lock().map_err(|_| AttestError::Transport("connector state poisoned".into()))?.to_owned();
+        let session =
+            self.session.lock().map_err(|_| AttestError::Transport("connector state poisoned".into()))?.to_owned();
         let mut expected = self.expected.clone();
         expected.tls_spki_sha256 = expected.tls_spki_sha256.or(session);
         // One verifier per connection, so its outcome is this handshake's.
@@ -139,7 +141,9 @@ impl RaTlsConnector {
                 return Err(AttestError::PeerRejected(rejection));
             }
             (Err(e), _) => return Err(AttestError::Tls(format!("handshake with {host}:{port}: {e}"))),
-            (Ok(_), None) => return Err(AttestError::Tls("handshake finished without certificate verification".into())),
+            (Ok(_), None) => {
+                return Err(AttestError::Tls("handshake finished without certificate verification".into()));
+            }
         };
         let (tls, peer) = peer;
         if session.is_none() {
@@ -173,9 +177,9 @@ impl RaTlsConnector {
                 .map_err(|e| AttestError::Transport(error_chain(&e)))?;
             challenge_same_peer(channel, peer, &self.policy).await
         };
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, asking)
-            .await
-            .map_err(|_| AttestError::Transport(format!("{authority}: no fresh evidence within {HANDSHAKE_TIMEOUT:?}")))?
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, asking).await.map_err(|_| {
+            AttestError::Transport(format!("{authority}: no fresh evidence within {HANDSHAKE_TIMEOUT:?}"))
+        })?
     }
 }
 

@@ -197,12 +197,22 @@ impl Verifier {
     }
 
     /// Decodes `gelo.v1.Evidence` bytes, then [`Self::verify`]s them.
-    pub fn verify_bytes(&self, bytes: &[u8], expected: &ExpectedBinding, policy: &Policy) -> Result<Verified, VerifyError> {
+    pub fn verify_bytes(
+        &self,
+        bytes: &[u8],
+        expected: &ExpectedBinding,
+        policy: &Policy,
+    ) -> Result<Verified, VerifyError> {
         let evidence = Evidence::from_bytes(bytes).map_err(|e| VerifyError::EvidenceMalformed(e.to_string()))?;
         self.verify(&evidence, expected, policy)
     }
 
-    pub fn verify(&self, evidence: &Evidence, expected: &ExpectedBinding, policy: &Policy) -> Result<Verified, VerifyError> {
+    pub fn verify(
+        &self,
+        evidence: &Evidence,
+        expected: &ExpectedBinding,
+        policy: &Policy,
+    ) -> Result<Verified, VerifyError> {
         // 1-3 and the report-level policy: the same path hardware and mock evidence take.
         let report = self.verify_report_inner(&evidence.report, &evidence.chain(), Some(evidence.issuer), policy)?;
 
@@ -278,7 +288,12 @@ impl Verifier {
     /// debug, migration agent, VMPL, TCB, measurement, chip ID), without GELO's claims.
     /// This is the part [`Self::verify`] shares with any SEV-SNP evidence, e.g. a report
     /// from another tool.
-    pub fn verify_report(&self, report: &[u8], chain: &CertChain, policy: &Policy) -> Result<VerifiedReport, VerifyError> {
+    pub fn verify_report(
+        &self,
+        report: &[u8],
+        chain: &CertChain,
+        policy: &Policy,
+    ) -> Result<VerifiedReport, VerifyError> {
         self.verify_report_inner(report, chain, None, policy)
     }
 
@@ -372,7 +387,10 @@ fn parse_cert(der: &[u8], which: CertRole) -> Result<x509_cert::Certificate, Ver
     // signature check reads neither's parameters, so without this the outer one could be
     // altered freely.
     if cert.signature_algorithm != cert.tbs_certificate.signature {
-        return Err(VerifyError::CertificateMalformed { which, detail: "signatureAlgorithm differs from tbsCertificate.signature".into() });
+        return Err(VerifyError::CertificateMalformed {
+            which,
+            detail: "signatureAlgorithm differs from tbsCertificate.signature".into(),
+        });
     }
     Ok(cert)
 }
@@ -420,7 +438,11 @@ fn trusted_root<'a>(
         return Ok(root);
     }
     let looks_mock = ark.tbs_certificate.subject.to_string().contains(MOCK_ORGANIZATION);
-    Err(if looks_mock || claimed == Some(IssuerKind::Mock) { VerifyError::MockRootNotTrusted } else { VerifyError::RootNotTrusted })
+    Err(if looks_mock || claimed == Some(IssuerKind::Mock) {
+        VerifyError::MockRootNotTrusted
+    } else {
+        VerifyError::RootNotTrusted
+    })
 }
 
 fn check_validity(cert: &x509_cert::Certificate, which: CertRole, now: SystemTime) -> Result<(), VerifyError> {
@@ -467,7 +489,8 @@ fn check_scheme(evidence: &Evidence) -> Result<(), VerifyError> {
     }
     // The role string travels outside REPORT_DATA; it counts only when the hashed settings
     // name the same role. An empty role claims nothing.
-    let scheme: serde_json::Value = serde_json::from_str(&evidence.scheme_json).map_err(|_| VerifyError::SchemeJsonMismatch)?;
+    let scheme: serde_json::Value =
+        serde_json::from_str(&evidence.scheme_json).map_err(|_| VerifyError::SchemeJsonMismatch)?;
     let in_scheme = scheme.get("role").and_then(|r| r.as_str()).unwrap_or("");
     if in_scheme != evidence.role {
         return Err(VerifyError::RoleMismatch { claimed: evidence.role.clone(), in_scheme: in_scheme.to_owned() });
@@ -490,7 +513,11 @@ fn check_min_tcb(got: Tcb, min: Tcb) -> Result<(), VerifyError> {
 }
 
 /// A masked scheme's settings against what the policy requires of them.
-fn check_masked(role: &str, scheme: &serde_json::Value, required: &crate::policy::MaskedRequirements) -> Result<(), VerifyError> {
+fn check_masked(
+    role: &str,
+    scheme: &serde_json::Value,
+    required: &crate::policy::MaskedRequirements,
+) -> Result<(), VerifyError> {
     let refuse = |field: &'static str, value: String, allowed: String| {
         Err(VerifyError::SchemeSettingNotAllowed { role: role.to_owned(), field, value, allowed })
     };
@@ -505,7 +532,11 @@ fn check_masked(role: &str, scheme: &serde_json::Value, required: &crate::policy
     // U-Verify off is `verify: null`: no probes.
     let probes = scheme.pointer("/protocol/masked/verify/probes").and_then(|p| p.as_u64()).unwrap_or(0);
     if probes < required.min_verify_probes {
-        return refuse("protocol.masked.verify.probes", probes.to_string(), format!(">= {}", required.min_verify_probes));
+        return refuse(
+            "protocol.masked.verify.probes",
+            probes.to_string(),
+            format!(">= {}", required.min_verify_probes),
+        );
     }
     Ok(())
 }
@@ -552,7 +583,10 @@ mod tests {
         assert_eq!(check_vcek_binding(&no_hwid, TCB, &[7; 64], true), Err(VerifyError::VcekHwidMissing));
         assert_eq!(check_vcek_binding(&no_hwid, TCB, &[7; 64], false), Ok(()));
         // Opting out does not relax a hwID that is present.
-        assert_eq!(check_vcek_binding(&ext(TCB, Some(vec![7; 64])), TCB, &[8; 64], false), Err(VerifyError::VcekChipIdMismatch));
+        assert_eq!(
+            check_vcek_binding(&ext(TCB, Some(vec![7; 64])), TCB, &[8; 64], false),
+            Err(VerifyError::VcekChipIdMismatch)
+        );
     }
 
     #[test]
@@ -596,7 +630,12 @@ mod tests {
                 pem(include_bytes!("../../testdata/amd/genoa-ask.pem")),
                 None,
             ),
-            (AmdGeneration::Turin, pem(AmdGeneration::Turin.ark_pem()), pem(AmdGeneration::Turin.ask_pem()), Some(&turin_vcek)),
+            (
+                AmdGeneration::Turin,
+                pem(AmdGeneration::Turin.ark_pem()),
+                pem(AmdGeneration::Turin.ask_pem()),
+                Some(&turin_vcek),
+            ),
         ];
         let mut asks = Vec::new();
         for (generation, ark, ask, vcek) in &chains {
@@ -623,7 +662,8 @@ mod tests {
         assert!(matches!(check_vcek(&asks[1], &turin_vcek), Err(VerifyError::VcekSignatureInvalid(_))));
         assert!(matches!(check_vcek(&asks[2], &milan_vcek), Err(VerifyError::VcekSignatureInvalid(_))));
         // Only the trusted roots count: a Genoa ARK under a Milan-only policy is refused.
-        let milan_only = Policy::default().with_roots(vec![crate::TrustedRoot::Amd(AmdGeneration::Milan)]).roots().unwrap();
+        let milan_only =
+            Policy::default().with_roots(vec![crate::TrustedRoot::Amd(AmdGeneration::Milan)]).roots().unwrap();
         assert!(matches!(check_ark_ask(&milan_only, &genoa.1, &genoa.2, None), Err(VerifyError::RootNotTrusted)));
     }
 

@@ -18,7 +18,8 @@ use super::{CertRole, VerifyError};
 use crate::policy::LoadedCrl;
 
 /// RSASSA-PSS, the only algorithm AMD signs certificates and CRLs with.
-const RSA_SSA_PSS: x509_cert::der::oid::ObjectIdentifier = x509_cert::der::oid::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.10");
+const RSA_SSA_PSS: x509_cert::der::oid::ObjectIdentifier =
+    x509_cert::der::oid::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.10");
 
 /// Checks the chain against `crls`. `now` is `None` when the policy does not check dates
 /// (`check_certificate_validity: false`): then a CRL's update window is not checked either.
@@ -35,14 +36,15 @@ pub(super) fn check(
     let mut ark_issued_one = false;
     for crl in crls {
         let tbs = &crl.list.tbs_cert_list;
-        let (issuer, covered): (&Certificate, &[(&Certificate, CertRole)]) = if tbs.issuer == ark.tbs_certificate.subject {
-            ark_issued_one = true;
-            (ark, &[(ark, CertRole::Ark), (ask, CertRole::Ask)])
-        } else if tbs.issuer == ask.tbs_certificate.subject {
-            (ask, &[(vcek, CertRole::Vcek)])
-        } else {
-            continue;
-        };
+        let (issuer, covered): (&Certificate, &[(&Certificate, CertRole)]) =
+            if tbs.issuer == ark.tbs_certificate.subject {
+                ark_issued_one = true;
+                (ark, &[(ark, CertRole::Ark), (ask, CertRole::Ask)])
+            } else if tbs.issuer == ask.tbs_certificate.subject {
+                (ask, &[(vcek, CertRole::Vcek)])
+            } else {
+                continue;
+            };
         check_crl(crl, issuer, now)?;
         for (cert, which) in covered {
             if is_listed(tbs, cert) {

@@ -15,8 +15,7 @@ use attest::{
 pub const MODEL: [u8; 32] = [0x11; 32];
 pub const TLS_KEY: [u8; 32] = [0x22; 32];
 pub const NONCE: [u8; 32] = [0x33; 32];
-pub const SCHEME: &str =
-    r#"{"role":"embedder","protocol":{"executor":"sealed"},"mask":"haar","shield":{"k":8,"energy":4.0},"uverify":{"probes":2}}"#;
+pub const SCHEME: &str = r#"{"role":"embedder","protocol":{"executor":"sealed"},"mask":"haar","shield":{"k":8,"energy":4.0},"uverify":{"probes":2}}"#;
 
 pub fn pki_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gelo-attest-test-pki")

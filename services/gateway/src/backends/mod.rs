@@ -22,18 +22,18 @@ use std::{
     collections::HashMap,
     future::Future,
     sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex, RwLock, Weak,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
 
-use attest::{ratls::AttestedChannel, Policy, ServerIdentity};
+use attest::{Policy, ServerIdentity, ratls::AttestedChannel};
 use tokio::{
     sync::{Notify, Semaphore},
     task::JoinHandle,
 };
-use tonic::{transport::Channel, Code, Status};
+use tonic::{Code, Status, transport::Channel};
 
 use crate::{
     error::{GatewayError, Result},
@@ -67,7 +67,11 @@ pub struct VerifyTiming {
 
 impl Default for VerifyTiming {
     fn default() -> Self {
-        VerifyTiming { interval: Duration::from_secs(30), retry: Duration::from_secs(5), timeout: Duration::from_secs(10) }
+        VerifyTiming {
+            interval: Duration::from_secs(30),
+            retry: Duration::from_secs(5),
+            timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -379,7 +383,15 @@ impl Pool {
     pub fn specs(&self) -> Vec<BackendSpec> {
         Role::ALL
             .iter()
-            .flat_map(|r| self.inner.roles[r.index()].backends.read().expect("backends").iter().map(|b| b.spec.clone()).collect::<Vec<_>>())
+            .flat_map(|r| {
+                self.inner.roles[r.index()]
+                    .backends
+                    .read()
+                    .expect("backends")
+                    .iter()
+                    .map(|b| b.spec.clone())
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 
@@ -416,7 +428,15 @@ impl Pool {
     pub fn status(&self) -> Vec<BackendStatus> {
         Role::ALL
             .iter()
-            .flat_map(|r| self.inner.roles[r.index()].backends.read().expect("backends").iter().map(|b| b.status()).collect::<Vec<_>>())
+            .flat_map(|r| {
+                self.inner.roles[r.index()]
+                    .backends
+                    .read()
+                    .expect("backends")
+                    .iter()
+                    .map(|b| b.status())
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 
@@ -440,7 +460,10 @@ impl Pool {
         let set = &self.inner.roles[role.index()];
         let backends = set.backends.read().expect("backends");
         if backends.is_empty() {
-            return Err(GatewayError::NoBackend { role, reason: format!("none configured (give the gateway a {role} backend)") });
+            return Err(GatewayError::NoBackend {
+                role,
+                reason: format!("none configured (give the gateway a {role} backend)"),
+            });
         }
         let n = backends.len();
         let start = set.next.fetch_add(1, Ordering::Relaxed);
@@ -481,7 +504,12 @@ impl Pool {
         loop {
             let (backend, channel) = self.pick(role, &tried)?;
             let _load = Load::new(&backend);
-            let _slot = backend.permits.clone().acquire_owned().await.map_err(|_| GatewayError::Internal("backend closed".into()))?;
+            let _slot = backend
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| GatewayError::Internal("backend closed".into()))?;
             backend.requests.fetch_add(1, Ordering::Relaxed);
             match call(channel).await {
                 Ok(v) => return Ok(v),
@@ -520,7 +548,9 @@ impl Pool {
                     backend.fail("request_failed", format!("request failed: {}", status.message()));
                     tried.push(Arc::as_ptr(&backend) as usize);
                 }
-                Err(status) => return Err(GatewayError::Backend { role, endpoint: backend.spec.endpoint.clone(), status }),
+                Err(status) => {
+                    return Err(GatewayError::Backend { role, endpoint: backend.spec.endpoint.clone(), status });
+                }
             }
         }
     }
@@ -539,7 +569,11 @@ impl Routed {
         let spec = &self.backend.spec;
         if is_backend_failure(&status) {
             self.backend.fail("stream_broke", format!("stream broke: {}", status.message()));
-            GatewayError::BrokenStream { role: spec.role, endpoint: spec.endpoint.clone(), reason: status.message().to_string() }
+            GatewayError::BrokenStream {
+                role: spec.role,
+                endpoint: spec.endpoint.clone(),
+                reason: status.message().to_string(),
+            }
         } else {
             GatewayError::Backend { role: spec.role, endpoint: spec.endpoint.clone(), status }
         }
@@ -597,7 +631,10 @@ mod tests {
         assert!(is_backend_failure(&Status::data_loss("GPU integrity check failed")));
         assert!(!is_backend_failure(&Status::invalid_argument("too long")));
         assert!(!is_backend_failure(&Status::resource_exhausted("queue full")));
-        assert!(!is_backend_failure(&Status::internal("model failed")), "a backend's own INTERNAL has no transport source");
+        assert!(
+            !is_backend_failure(&Status::internal("model failed")),
+            "a backend's own INTERNAL has no transport source"
+        );
     }
 
     #[tokio::test]

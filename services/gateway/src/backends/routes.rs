@@ -72,8 +72,10 @@ pub fn parse(json: &str) -> Result<Vec<BackendSpec>> {
     for (component, routes) in &table.components {
         let Ok(role) = component.parse::<Role>() else { continue };
         for (i, r) in routes.iter().enumerate() {
-            let ip: std::net::IpAddr =
-                r.ip.parse().map_err(|_| GatewayError::Routes(format!("components.{component}[{i}].ip is not an IP address")))?;
+            let ip: std::net::IpAddr = r
+                .ip
+                .parse()
+                .map_err(|_| GatewayError::Routes(format!("components.{component}[{i}].ip is not an IP address")))?;
             if r.port == 0 {
                 return Err(GatewayError::Routes(format!("components.{component}[{i}].port is 0")));
             }
@@ -116,7 +118,8 @@ pub fn sibling_policy(routes: &Path) -> Option<PathBuf> {
 pub fn read_file(routes: &Path, policy: Option<&Path>) -> Result<(Vec<BackendSpec>, Option<Policy>, Vec<u8>)> {
     let bytes = std::fs::read(routes).map_err(GatewayError::file(routes))?;
     let mut fingerprint = bytes.clone();
-    let text = std::str::from_utf8(&bytes).map_err(|_| GatewayError::Routes(format!("{} is not UTF-8", routes.display())))?;
+    let text =
+        std::str::from_utf8(&bytes).map_err(|_| GatewayError::Routes(format!("{} is not UTF-8", routes.display())))?;
     let specs = parse(text)?;
     let policy = match policy {
         Some(p) => {
@@ -192,7 +195,8 @@ pub fn follow_file(
 pub async fn configmap_policy(name: &str, namespace: &str) -> Result<Policy> {
     use k8s_openapi::api::core::v1::ConfigMap;
 
-    let client = kube::Client::try_default().await.map_err(|e| GatewayError::Routes(format!("Kubernetes client: {e}")))?;
+    let client =
+        kube::Client::try_default().await.map_err(|e| GatewayError::Routes(format!("Kubernetes client: {e}")))?;
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, namespace);
     let mut said = None::<String>;
     loop {
@@ -224,9 +228,10 @@ pub async fn follow_configmap(
 ) -> Result<tokio::task::JoinHandle<()>> {
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::runtime::{watcher, WatchStreamExt};
+    use kube::runtime::{WatchStreamExt, watcher};
 
-    let client = kube::Client::try_default().await.map_err(|e| GatewayError::Routes(format!("Kubernetes client: {e}")))?;
+    let client =
+        kube::Client::try_default().await.map_err(|e| GatewayError::Routes(format!("Kubernetes client: {e}")))?;
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     Ok(tokio::spawn(async move {
@@ -249,7 +254,8 @@ pub async fn follow_configmap(
             };
             let data = cm.data.unwrap_or_default();
             let routes = data.get("routes.json").cloned().unwrap_or_default();
-            let policy = if attested.is_some() { data.get("policy.json").cloned().unwrap_or_default() } else { String::new() };
+            let policy =
+                if attested.is_some() { data.get("policy.json").cloned().unwrap_or_default() } else { String::new() };
             if last.as_ref() == Some(&(routes.clone(), policy.clone())) {
                 continue;
             }
@@ -262,7 +268,9 @@ pub async fn follow_configmap(
                         Ok(offered) => {
                             check_offered_policy(&offered, attested);
                         }
-                        Err(e) => tracing::warn!(configmap = %name, reason = "policy_not_attested", error = %e, "policy.json refused"),
+                        Err(e) => {
+                            tracing::warn!(configmap = %name, reason = "policy_not_attested", error = %e, "policy.json refused")
+                        }
                     }
                 }
                 tracing::info!(configmap = %name, backends = specs.len(), "routing table applied");
@@ -271,7 +279,9 @@ pub async fn follow_configmap(
             })();
             match applied {
                 Ok(()) => last = Some((routes, policy)),
-                Err(e) => tracing::warn!(configmap = %name, error = %e, "routing table refused; keeping the previous one"),
+                Err(e) => {
+                    tracing::warn!(configmap = %name, error = %e, "routing table refused; keeping the previous one")
+                }
             }
         }
     }))
@@ -320,7 +330,8 @@ mod tests {
         assert!(parse(&bad_ip).unwrap_err().to_string().contains(".ip"));
         assert!(parse("{").is_err());
         // Components this gateway does not know are skipped, not refused.
-        let future = table(1, r#","summarizer":[{"ip":"10.0.0.3","port":1,"tlsSpkiSha256":"00","modelIdentity":"00"}]"#);
+        let future =
+            table(1, r#","summarizer":[{"ip":"10.0.0.3","port":1,"tlsSpkiSha256":"00","modelIdentity":"00"}]"#);
         assert_eq!(parse(&future).unwrap().len(), 2);
     }
 }

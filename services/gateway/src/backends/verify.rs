@@ -9,8 +9,8 @@
 
 use std::{sync::Arc, time::Instant};
 
-use attest::{ratls::AttestedChannel, AttestError, ExpectedPeer, Verified};
-use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+use attest::{AttestError, ExpectedPeer, Verified, ratls::AttestedChannel};
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 use super::{Backend, BackendRef, Facts, Failure, State};
 
@@ -52,7 +52,11 @@ async fn verify_once(b: &Arc<Backend>) -> bool {
                     "backend verified"
                 );
             }
-            *state = State::Verified { channel: Box::new(channel), facts: Box::new(Facts::of(&verified)), at: Instant::now() };
+            *state = State::Verified {
+                channel: Box::new(channel),
+                facts: Box::new(Facts::of(&verified)),
+                at: Instant::now(),
+            };
             true
         }
         Err(failure) => {
@@ -79,7 +83,9 @@ async fn connect(b: &Backend) -> Result<(AttestedChannel, Verified), Failure> {
     let connecting = attest::ratls::connect(&spec.endpoint, b.policy.clone(), expected, b.identity.clone());
     let channel = tokio::time::timeout(b.timing.timeout, connecting)
         .await
-        .map_err(|_| Failure::unavailable("timeout", format!("timeout: no RA-TLS handshake within {:?}", b.timing.timeout)))?
+        .map_err(|_| {
+            Failure::unavailable("timeout", format!("timeout: no RA-TLS handshake within {:?}", b.timing.timeout))
+        })?
         .map_err(|e| describe("", &e))?;
     check(b, channel.peer())?;
     let verified = recheck(b, &channel).await?;
@@ -115,11 +121,14 @@ fn check(b: &Backend, v: &Verified) -> Result<(), Failure> {
     if let Some(pin) = spec.tls_spki_sha256
         && *v.tls_spki_sha256() != pin
     {
-        return Err(Failure::refused("tls_key_not_pinned", format!(
-            "tls_key_not_pinned: the peer's TLS key {} is not the one the routing table names ({})",
-            hex::encode(v.tls_spki_sha256()),
-            hex::encode(pin)
-        )));
+        return Err(Failure::refused(
+            "tls_key_not_pinned",
+            format!(
+                "tls_key_not_pinned: the peer's TLS key {} is not the one the routing table names ({})",
+                hex::encode(v.tls_spki_sha256()),
+                hex::encode(pin)
+            ),
+        ));
     }
     Ok(())
 }

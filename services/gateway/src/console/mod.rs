@@ -5,10 +5,10 @@
 //! the browser to refuse anything but this gateway.
 
 use axum::{
-    http::{header, HeaderValue},
+    Router,
+    http::{HeaderValue, header},
     response::{IntoResponse, Response},
     routing::get,
-    Router,
 };
 
 const INDEX: &str = include_str!("index.html");

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use attest::issuer::{self, default_mock_pki_dir, parse_hex};
 use attest::{
-    ExpectedBinding, HardwareIssuer, MockIssuer, MockSettings, Policy, ReportIssuer, ServiceClaims, TrustedRoot, Verifier,
+    ExpectedBinding, HardwareIssuer, MockIssuer, MockSettings, Policy, ReportIssuer, ServiceClaims, TrustedRoot,
+    Verifier,
 };
 
 #[derive(clap::Args)]
@@ -197,7 +198,8 @@ fn issue(args: IssueArgs) -> Result<()> {
             .and_then(|v| v.get("role").and_then(|r| r.as_str()).map(str::to_owned))
             .unwrap_or_default(),
     };
-    let claims = ServiceClaims { model_identity: parse_hex::<32>("--model-identity", &args.model_identity)?, scheme_json, role };
+    let claims =
+        ServiceClaims { model_identity: parse_hex::<32>("--model-identity", &args.model_identity)?, scheme_json, role };
     let nonce = hex::decode(&args.nonce).context("--nonce is not hex")?;
     let tls = parse_hex::<32>("--tls-spki-sha256", &args.tls_spki_sha256)?;
     let issuer = report_issuer(&args)?;
@@ -280,7 +282,11 @@ fn verify_inputs(args: &VerifyArgs) -> Result<(Vec<u8>, Policy, ExpectedBinding)
     let expected = ExpectedBinding {
         model_identity: args.model_identity.as_deref().map(|h| parse_hex::<32>("--model-identity", h)).transpose()?,
         scheme_identity,
-        tls_spki_sha256: args.tls_spki_sha256.as_deref().map(|h| parse_hex::<32>("--tls-spki-sha256", h)).transpose()?,
+        tls_spki_sha256: args
+            .tls_spki_sha256
+            .as_deref()
+            .map(|h| parse_hex::<32>("--tls-spki-sha256", h))
+            .transpose()?,
         nonce: hex::decode(&args.nonce).context("--nonce is not hex")?,
     };
     Ok((bytes, policy, expected))

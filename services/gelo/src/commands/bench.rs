@@ -84,7 +84,14 @@ pub(crate) fn provision(exec: &dyn Executor, shape: &Shape) -> Result<Vec<Vec<We
 
 /// One forward pass of `blocks` blocks of the shape's linears on `n` rows; returns seconds
 /// per block.
-fn one_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], inputs: &[Matrix], n: usize, blocks: usize) -> Result<f64> {
+fn one_pass(
+    exec: &dyn Executor,
+    shape: &Shape,
+    ids: &[Vec<WeightId>],
+    inputs: &[Matrix],
+    n: usize,
+    blocks: usize,
+) -> Result<f64> {
     let t = Instant::now();
     let mut pass = exec.begin(&[n])?;
     for _ in 0..blocks {
@@ -112,7 +119,14 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 
 /// Median seconds per block of one warm-up and `reps` timed passes, run on rayon's pool as
 /// the models' passes are (`models::on_pool`).
-pub(crate) fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>], n: usize, blocks: usize, reps: usize) -> Result<f64> {
+pub(crate) fn time_pass(
+    exec: &dyn Executor,
+    shape: &Shape,
+    ids: &[Vec<WeightId>],
+    n: usize,
+    blocks: usize,
+    reps: usize,
+) -> Result<f64> {
     let x = inputs(shape, n);
     models::on_pool(|| {
         one_pass(exec, shape, ids, &x, n, blocks)?; // warm-up
@@ -122,7 +136,13 @@ pub(crate) fn time_pass(exec: &dyn Executor, shape: &Shape, ids: &[Vec<WeightId>
 
 /// Times several executors on the same passes in turn (one warm-up each, then `reps`
 /// rounds of one pass each), so drift of the machine hits them alike; medians per executor.
-fn time_interleaved(cells: &[(&dyn Executor, &[Vec<WeightId>])], shape: &Shape, n: usize, blocks: usize, reps: usize) -> Result<Vec<f64>> {
+fn time_interleaved(
+    cells: &[(&dyn Executor, &[Vec<WeightId>])],
+    shape: &Shape,
+    n: usize,
+    blocks: usize,
+    reps: usize,
+) -> Result<Vec<f64>> {
     let x = inputs(shape, n);
     for (exec, ids) in cells {
         one_pass(*exec, shape, ids, &x, n, blocks)?;
@@ -181,7 +201,11 @@ fn protocol_bench(a: ProtocolArgs) -> Result<()> {
                 }
                 let t = time_interleaved(&cells, &shape, n, a.blocks, reps)?;
                 let (tv, rv, added) = match t.get(2) {
-                    Some(tv) => (format!("{:.2}", tv * 1e3), format!("{:.3}", tv / t[0]), format!("{:+.1}%", 100.0 * (tv / t[1] - 1.0))),
+                    Some(tv) => (
+                        format!("{:.2}", tv * 1e3),
+                        format!("{:.3}", tv / t[0]),
+                        format!("{:+.1}%", 100.0 * (tv / t[1] - 1.0)),
+                    ),
                     None => ("-".into(), "-".into(), "-".into()),
                 };
                 println!(

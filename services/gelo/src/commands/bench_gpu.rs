@@ -37,11 +37,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "gemm,roundtrip,blocks")]
     sections: Vec<String>,
     /// Models whose layer shapes are measured: qwen3-0.6b, bert-base, qwen3-1.7b, qwen3-1.7b-lm-head.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "qwen3-0.6b,bert-base,qwen3-1.7b"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "qwen3-0.6b,bert-base,qwen3-1.7b")]
     models: Vec<String>,
     /// Rows of the GEMM operand.
     #[arg(long, value_delimiter = ',', default_value = "16,128,512,2056")]
@@ -85,12 +81,7 @@ fn linears(model: &str) -> Result<Vec<(&'static str, usize, usize)>> {
             ("gate_up", 1024, 3072),
             ("down", 3072, 1024),
         ],
-        "qwen3-1.7b" => vec![
-            ("q_o", 2048, 2048),
-            ("kv", 2048, 1024),
-            ("gate_up", 2048, 6144),
-            ("down", 6144, 2048),
-        ],
+        "qwen3-1.7b" => vec![("q_o", 2048, 2048), ("kv", 2048, 1024), ("gate_up", 2048, 6144), ("down", 6144, 2048)],
         // The decode step's largest product (tied embeddings, 151,936 tokens); its own
         // name so the peer tables, which lack it, still join.
         "qwen3-1.7b-lm-head" => vec![("lm_head", 2048, 151_936)],
@@ -100,13 +91,9 @@ fn linears(model: &str) -> Result<Vec<(&'static str, usize, usize)>> {
 
 fn random_matrix(rows: usize, cols: usize, seed: u64) -> Matrix {
     // A cheap LCG: the values only need to be varied and of unit scale.
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     Matrix::from_fn(rows, cols, |_, _| {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     })
 }
@@ -115,25 +102,12 @@ fn weight(k: usize, n: usize, storage: &str, seed: u64) -> Result<Weight> {
     let data = random_matrix(n, k, seed).into_vec();
     let data = match storage {
         "f32" => WeightData::F32(data.into()),
-        "f16" => WeightData::F16(
-            data.iter()
-                .map(|&v| half::f16::from_f32(v * 0.05))
-                .collect(),
-        ),
-        "bf16" => WeightData::Bf16(
-            data.iter()
-                .map(|&v| half::bf16::from_f32(v * 0.05))
-                .collect(),
-        ),
+        "f16" => WeightData::F16(data.iter().map(|&v| half::f16::from_f32(v * 0.05)).collect()),
+        "bf16" => WeightData::Bf16(data.iter().map(|&v| half::bf16::from_f32(v * 0.05)).collect()),
         other => anyhow::bail!("unknown weight storage {other}"),
     };
     // PyTorch / GGUF order, as checkpoints arrive.
-    Ok(Weight {
-        d_in: k,
-        d_out: n,
-        layout: WeightLayout::OutIn,
-        data,
-    })
+    Ok(Weight { d_in: k, d_out: n, layout: WeightLayout::OutIn, data })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -191,11 +165,7 @@ fn steady_seconds(engine: &WgpuEngine, x: &Masked, id: &WeightId, per_call: f64)
 }
 
 /// Times `call` `reps` times after one warm-up.
-fn time_calls(
-    engine: &WgpuEngine,
-    reps: usize,
-    mut call: impl FnMut() -> Result<()>,
-) -> Result<Timing> {
+fn time_calls(engine: &WgpuEngine, reps: usize, mut call: impl FnMut() -> Result<()>) -> Result<Timing> {
     call()?;
     let (mut gpu, mut wall) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     let start = engine.stats();
@@ -212,11 +182,8 @@ fn time_calls(
     let end = engine.stats();
     let calls = (end.calls - start.calls).max(1) as f64;
     let mean = |a: u64, b: u64| (a - b) as f64 * 1e-9 / calls;
-    let (g, lo, hi) = if gpu.is_empty() {
-        (f64::NAN, f64::NAN, f64::NAN)
-    } else {
-        (median(&mut gpu), gpu[0], gpu[gpu.len() - 1])
-    };
+    let (g, lo, hi) =
+        if gpu.is_empty() { (f64::NAN, f64::NAN, f64::NAN) } else { (median(&mut gpu), gpu[0], gpu[gpu.len() - 1]) };
     Ok(Timing {
         gpu: g,
         gpu_min: lo,
@@ -229,38 +196,23 @@ fn time_calls(
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let cfg = WgpuConfig {
-        tensor_cores: a.tensor_cores,
-        ..WgpuConfig::default()
-    };
+    let cfg = WgpuConfig { tensor_cores: a.tensor_cores, ..WgpuConfig::default() };
     let engine = Arc::new(WgpuEngine::open(&a.engine, cfg)?);
     let info = engine.info();
-    let host_threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let host_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!(
         "engine: {} | driver {} | memory {} MiB | GPU timestamps: {} | host threads: {host_threads}",
         info.device,
         info.driver,
-        info.memory_bytes
-            .map_or("?".into(), |b| (b >> 20).to_string()),
+        info.memory_bytes.map_or("?".into(), |b| (b >> 20).to_string()),
         engine.has_gpu_timestamps()
     );
-    let mut out = Out {
-        json: a
-            .json
-            .as_ref()
-            .map(File::create)
-            .transpose()
-            .context("--json")?,
-    };
+    let mut out = Out { json: a.json.as_ref().map(File::create).transpose().context("--json")? };
     out.record(json!({"section": "engine", "device": info.device, "driver": info.driver,
         "memory_bytes": info.memory_bytes, "timestamps": engine.has_gpu_timestamps(), "host_threads": host_threads,
         "operand_precision": format!("{:?}", info.operand_precision)}))?;
     if a.tensor_cores && info.operand_precision != Precision::F16 {
-        println!(
-            "tensor cores: not available on this adapter (no usable cooperative matrices); FMA kernels only"
-        );
+        println!("tensor cores: not available on this adapter (no usable cooperative matrices); FMA kernels only");
     }
     for section in &a.sections {
         warm_up(&engine, a.warmup_ms)?;
@@ -345,18 +297,11 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
                             engine.matmul(&x, &id)?;
                             Ok(())
                         })?;
-                        let prec = if storage == "f16" {
-                            Precision::F16
-                        } else {
-                            Precision::F32
-                        };
+                        let prec = if storage == "f16" { Precision::F16 } else { Precision::F32 };
                         let plan = pinned
                             .or_else(|| engine.tuned_plan(m, k, n, WeightLayout::OutIn, prec))
                             .unwrap_or_else(|| Plan::new(engine.model_tile(m, n, 1)));
-                        let got = engine
-                            .matmul(&x, &id)?
-                            .into_matrix()
-                            .slice_rows(0, head.rows());
+                        let got = engine.matmul(&x, &id)?.into_matrix().slice_rows(0, head.rows());
                         let err = got.rel_err(&reference);
                         worst = worst.max(err);
                         let (g, w) = (tm.gpu, tm.wall);
@@ -372,12 +317,14 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
                             w * 1e6,
                             flop / w * 1e-12
                         );
-                        out.record(json!({"section": if sweep {"tiles"} else {"gemm"}, "model": model, "linear": name,
+                        out.record(
+                            json!({"section": if sweep {"tiles"} else {"gemm"}, "model": model, "linear": name,
                             "m": m, "k": k, "n": n, "weights": storage, "tile": plan.name(),
                             "gpu_s": g, "gpu_min_s": tm.gpu_min, "gpu_max_s": tm.gpu_max, "call_s": w,
                             "host_s": tm.host, "wait_s": tm.wait, "readback_s": tm.readback,
                             "gpu_steady_s": steady, "tflops_steady": flop / steady * 1e-12,
-                            "tflops_gpu": flop / g * 1e-12, "tflops_call": flop / w * 1e-12, "rel_err": err}))?;
+                            "tflops_gpu": flop / g * 1e-12, "tflops_call": flop / w * 1e-12, "rel_err": err}),
+                        )?;
                     }
                     engine.pin(None)?;
                 }
@@ -387,23 +334,14 @@ fn gemm(engine: &WgpuEngine, a: &Args, out: &mut Out, sweep: bool) -> Result<()>
     }
     // f32 products of length ≤ 6144 agree with the CPU far below 1e-4, f16 operands (tensor
     // cores) near 1e-3; anything above is a wrong kernel, not rounding.
-    let bound = if engine.info().operand_precision == Precision::F16 {
-        1e-2
-    } else {
-        1e-4
-    };
-    anyhow::ensure!(
-        worst < bound,
-        "engine products differ from the CPU engine: worst relative error {worst:e}"
-    );
+    let bound = if engine.info().operand_precision == Precision::F16 { 1e-2 } else { 1e-4 };
+    anyhow::ensure!(worst < bound, "engine products differ from the CPU engine: worst relative error {worst:e}");
     Ok(())
 }
 
 fn roundtrip(engine: &Arc<WgpuEngine>, a: &Args, out: &mut Out) -> Result<()> {
     let (k, n) = (2048, 4096);
-    println!(
-        "\n### Decode-shape round trip: upload x (m×{k}) + product with resident W ({k}×{n}) + read back\n"
-    );
+    println!("\n### Decode-shape round trip: upload x (m×{k}) + product with resident W ({k}×{n}) + read back\n");
     println!("| m | weights | threads | median µs | p10 µs | p90 µs | GPU µs | calls/s |");
     println!("|---|---|---|---|---|---|---|---|");
     for storage in ["f32", "f16"] {
@@ -426,11 +364,7 @@ fn roundtrip(engine: &Arc<WgpuEngine>, a: &Args, out: &mut Out) -> Result<()> {
             let st = engine.stats();
             let gpu = gpu_per_call(&st);
             let total: f64 = lat.iter().sum();
-            let (med, p10, p90) = (
-                median(&mut lat),
-                percentile(&mut lat, 0.1),
-                percentile(&mut lat, 0.9),
-            );
+            let (med, p10, p90) = (median(&mut lat), percentile(&mut lat, 0.1), percentile(&mut lat, 0.9));
             println!(
                 "| {m} | {storage} | 1 | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
                 med * 1e6,
@@ -461,19 +395,13 @@ fn roundtrip(engine: &Arc<WgpuEngine>, a: &Args, out: &mut Out) -> Result<()> {
                         })
                     })
                     .collect();
-                hs.into_iter()
-                    .map(|h| h.join().expect("bench thread panicked"))
-                    .collect::<Result<Vec<_>>>()
+                hs.into_iter().map(|h| h.join().expect("bench thread panicked")).collect::<Result<Vec<_>>>()
             })?;
             let elapsed = t.elapsed().as_secs_f64();
             let mut all: Vec<f64> = lats.into_iter().flatten().collect();
             let st = engine.stats();
             let calls = all.len() as f64;
-            let (med, p10, p90) = (
-                median(&mut all),
-                percentile(&mut all, 0.1),
-                percentile(&mut all, 0.9),
-            );
+            let (med, p10, p90) = (median(&mut all), percentile(&mut all, 0.1), percentile(&mut all, 0.9));
             println!(
                 "| {m} | {storage} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
                 a.threads,
@@ -499,15 +427,11 @@ fn gpu_per_call(st: &CallStats) -> f64 {
 }
 
 fn blocks(a: &Args, out: &mut Out) -> Result<()> {
-    println!(
-        "\n### Block linears plain vs masked (GELO, Auto mask, k = 8 shield rows), Vulkan engine\n"
-    );
+    println!("\n### Block linears plain vs masked (GELO, Auto mask, k = 8 shield rows), Vulkan engine\n");
     println!(
         "Per block (QKV, O, gate+up, down); masked time split into engine calls (upload, kernels, read-back) and TEE CPU work (mask, shield, recover).\n"
     );
-    println!(
-        "| model | n | plain ms | masked ms | ratio | engine ms | of which GPU kernels ms | TEE CPU ms |"
-    );
+    println!("| model | n | plain ms | masked ms | ratio | engine ms | of which GPU kernels ms | TEE CPU ms |");
     println!("|---|---|---|---|---|---|---|---|");
     let reps = 5;
     for model in &a.models {
@@ -518,10 +442,7 @@ fn blocks(a: &Args, out: &mut Out) -> Result<()> {
         let plain = PlaintextExecutor::new(plain_engine.clone() as Arc<dyn Engine>);
         let masked = MaskedExecutor::new(
             masked_engine.clone() as Arc<dyn Engine>,
-            MaskedConfig {
-                mask: MaskKind::Auto,
-                ..Default::default()
-            },
+            MaskedConfig { mask: MaskKind::Auto, ..Default::default() },
         )?;
         let plain_ids = bench::provision(&plain, &shape)?;
         let masked_ids = bench::provision(&masked, &shape)?;

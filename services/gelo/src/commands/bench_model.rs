@@ -6,15 +6,17 @@
 
 use std::{path::PathBuf, sync::Arc, time::Instant};
 
-use anyhow::{bail, Result};
-use kernels::{timing::TimedEngine, Engine};
+use anyhow::{Result, bail};
+use kernels::{Engine, timing::TimedEngine};
 use kernels_wgpu::{CallStats, WgpuConfig, WgpuEngine};
 use models::{
     bert::Encoded,
     random::{self, Arch},
     sampler::argmax,
 };
-use protocol::{DecodeMasks, Executor, ProtocolSeconds, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, UVerifyConfig};
+use protocol::{
+    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ProtocolSeconds, UVerifyConfig,
+};
 
 #[derive(clap::Args)]
 pub struct ModelArgs {
@@ -145,8 +147,7 @@ fn shares(plain: &[Sample], masked: &[Sample]) -> String {
     )
 }
 
-const SHARE_HEADER: &str =
-    "plain engine share | plain GPU kernels | masked engine share | masked GPU kernels | masked mask share | masked recover share |";
+const SHARE_HEADER: &str = "plain engine share | plain GPU kernels | masked engine share | masked GPU kernels | masked mask share | masked recover share |";
 const SHARE_RULE: &str = "---|---|---|---|---|---|";
 
 fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
@@ -173,7 +174,10 @@ fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
         let engine: Arc<dyn Engine> = timed.clone();
         if masked {
             let verify = (a.verify_probes > 0).then_some(UVerifyConfig { probes: a.verify_probes, range: 3 });
-            let m = Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask: a.mask, verify, decode_masks: a.decode_masks, ..Default::default() })?);
+            let m = Arc::new(MaskedExecutor::new(
+                engine,
+                MaskedConfig { mask: a.mask, verify, decode_masks: a.decode_masks, ..Default::default() },
+            )?);
             Ok(Side { timed, gpu, exec: m.clone(), masked: Some(m) })
         } else {
             Ok(Side { timed, gpu, exec: Arc::new(PlaintextExecutor::new(engine)), masked: None })
@@ -213,10 +217,12 @@ pub fn run(a: ModelArgs) -> Result<()> {
             println!("|---|---|---|---|---|{SHARE_RULE}");
             for &b in &a.batch {
                 for &n in &a.n {
-                    let seqs: Vec<Encoded> = (0..b).map(|i| {
-                        let ids = tokens(n, vocab, i);
-                        Encoded { types: vec![0; ids.len()], ids }
-                    }).collect();
+                    let seqs: Vec<Encoded> = (0..b)
+                        .map(|i| {
+                            let ids = tokens(n, vocab, i);
+                            Encoded { types: vec![0; ids.len()], ids }
+                        })
+                        .collect();
                     let run = |m: &models::bert::Bert, side: &Side| -> Result<Sample> {
                         let mark = side.mark();
                         m.forward(&seqs)?;
@@ -296,7 +302,12 @@ fn cells(
     plain()?;
     masked()?;
     if let Some(m) = &masked_side.masked {
-        eprintln!("{name} {b} × {n}: mask family {:?} ({:?} requested; cost model {:?})", m.family_for(n), a.mask, protocol::mask::CostModel::measured());
+        eprintln!(
+            "{name} {b} × {n}: mask family {:?} ({:?} requested; cost model {:?})",
+            m.family_for(n),
+            a.mask,
+            protocol::mask::CostModel::measured()
+        );
     }
     let (mut sp, mut sm) = (Vec::new(), Vec::new());
     for _ in 0..a.reps {
@@ -309,13 +320,26 @@ fn cells(
             eprintln!("{name} {b} × {n} {side} (per pass): {line}");
         }
     }
-    println!("| {name} | {b} × {n} | {:.1} | {:.1} | {:.3} | {} |", b as f64 / tp, b as f64 / tm, tm / tp, shares(&sp, &sm));
+    println!(
+        "| {name} | {b} × {n} | {:.1} | {:.1} | {:.3} | {} |",
+        b as f64 / tp,
+        b as f64 / tm,
+        tm / tp,
+        shares(&sp, &sm)
+    );
     Ok(())
 }
 
 /// Prefill `b` prompts, then `steps` greedy decode steps; returns where the decode's
 /// seconds went, and the time to first token.
-fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, steps: usize, vocab: usize) -> Result<(Sample, f64)> {
+fn decode(
+    d: &models::decoder::Decoder,
+    side: &Side,
+    b: usize,
+    prompt: usize,
+    steps: usize,
+    vocab: usize,
+) -> Result<(Sample, f64)> {
     let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
     let toks: Vec<Vec<u32>> = (0..b).map(|i| tokens(prompt, vocab, i)).collect();
     let t = Instant::now();
@@ -343,7 +367,12 @@ fn decode(d: &models::decoder::Decoder, side: &Side, b: usize, prompt: usize, st
 fn long_text(i: usize, n: usize) -> String {
     let mut t = format!("Record {i}: ");
     for k in 0..n {
-        t.push_str(&format!("the patient cohort {} showed outcome {} after treatment {}; ", i + k, (i * 31 + k) % 97, k % 13));
+        t.push_str(&format!(
+            "the patient cohort {} showed outcome {} after treatment {}; ",
+            i + k,
+            (i * 31 + k) % 97,
+            k % 13
+        ));
     }
     t
 }
@@ -393,7 +422,9 @@ fn decode_table(
     masked: &Side,
 ) -> Result<()> {
     let vocab = dp.cfg.vocab_size;
-    println!("| model | batch | groups | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | {SHARE_HEADER}");
+    println!(
+        "| model | batch | groups | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | {SHARE_HEADER}"
+    );
     println!("|---|---|---|---|---|---|---|---|---|{SHARE_RULE}");
     let cells = a.batch.iter().flat_map(|&b| {
         // Groups split only batched steps: B = 1 runs once.

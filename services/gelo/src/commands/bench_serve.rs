@@ -10,9 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context, Result};
-use api::v1::{embedder_client::EmbedderClient, generator_client::GeneratorClient, EmbedRequest, GenerateRequest};
-use attest::{issuer::default_mock_measurement, ExpectedPeer, MockPki, Policy, TrustedRoot};
+use anyhow::{Context, Result, bail};
+use api::v1::{EmbedRequest, GenerateRequest, embedder_client::EmbedderClient, generator_client::GeneratorClient};
+use attest::{ExpectedPeer, MockPki, Policy, TrustedRoot, issuer::default_mock_measurement};
 
 use super::bench::median;
 
@@ -41,7 +41,9 @@ pub struct ServeArgs {
 }
 
 fn text(i: usize) -> String {
-    format!("Passage {i}: confidential retrieval needs an embedding of every chunk, computed where the data is safe, at {i} tokens per second.")
+    format!(
+        "Passage {i}: confidential retrieval needs an embedding of every chunk, computed where the data is safe, at {i} tokens per second."
+    )
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -59,7 +61,15 @@ async fn run_async(a: ServeArgs) -> Result<()> {
             .allow_protection(a.protection.as_str()),
     );
     let mut child = Command::new(std::env::current_exe()?)
-        .args([a.role.as_str(), "--model", a.model.to_str().context("model path")?, "--max-queue", "100000", "--max-texts", "256"])
+        .args([
+            a.role.as_str(),
+            "--model",
+            a.model.to_str().context("model path")?,
+            "--max-queue",
+            "100000",
+            "--max-texts",
+            "256",
+        ])
         .args(["--metrics-listen", "127.0.0.1:0", "--protection", a.protection.as_str()])
         .env("GELO_ATTEST_ISSUER", "mock")
         .env("GELO_MOCK_PKI_DIR", &pki_dir)
@@ -122,7 +132,9 @@ async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &s
     // gap is RPC, queueing and the clients' CPU; > 1: the passes themselves were slowed), and
     // (one client) the server's time per request outside its pass (decoding, tokenizing,
     // queueing, replying).
-    println!("| clients | texts/s served | in-process texts/s (batch = clients) | served / in-process | rounds | server model s/text ÷ in-process s/text | server ms/request outside the model |");
+    println!(
+        "| clients | texts/s served | in-process texts/s (batch = clients) | served / in-process | rounds | server model s/text ÷ in-process s/text | server ms/request outside the model |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let client = EmbedderClient::new(channel);
     client.clone().embed(EmbedRequest { texts: vec![text(0)], ..Default::default() }).await?;
@@ -140,7 +152,11 @@ async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &s
                 let n = a.requests;
                 tasks.push(tokio::spawn(async move {
                     for r in 0..n {
-                        cl.embed(EmbedRequest { texts: vec![text(round * 1_000_000 + k * 1000 + r)], ..Default::default() }).await?;
+                        cl.embed(EmbedRequest {
+                            texts: vec![text(round * 1_000_000 + k * 1000 + r)],
+                            ..Default::default()
+                        })
+                        .await?;
                     }
                     Ok::<_, tonic::Status>(())
                 }));
@@ -160,7 +176,11 @@ async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &s
         // One client: a request's latency is its pass plus everything around it. More
         // clients wait for each other's passes, so the split says nothing there.
         let outside = if c == 1 { format!("{outside:.2}") } else { "—".into() };
-        println!("| {c} | {rate:.1} | {reference:.1} | {:.2} | {} | {model:.2} | {outside} |", rate / reference, a.rounds);
+        println!(
+            "| {c} | {rate:.1} | {reference:.1} | {:.2} | {} | {model:.2} | {outside} |",
+            rate / reference,
+            a.rounds
+        );
     }
     Ok(())
 }
@@ -174,7 +194,11 @@ async fn generator(a: &ServeArgs, channel: tonic::transport::Channel) -> Result<
         let mut tasks = Vec::new();
         for k in 0..c {
             let mut cl = client.clone();
-            let req = GenerateRequest { raw_prompt: format!("{k}, {}, {},", k + 1, k + 2), max_tokens: a.max_tokens, ..Default::default() };
+            let req = GenerateRequest {
+                raw_prompt: format!("{k}, {}, {},", k + 1, k + 2),
+                max_tokens: a.max_tokens,
+                ..Default::default()
+            };
             tasks.push(tokio::spawn(async move {
                 let t = Instant::now();
                 let mut s = cl.generate(req).await?.into_inner();

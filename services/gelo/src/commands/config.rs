@@ -5,13 +5,15 @@
 //! variable the flag reads, unless that variable is already set; so a flag on the command
 //! line wins over the environment, which wins over the file.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 
 pub fn load_config_file() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let from_args = args.iter().position(|a| a == "--config").and_then(|i| args.get(i + 1).cloned()).or_else(|| {
-        args.iter().find_map(|a| a.strip_prefix("--config=").map(str::to_string))
-    });
+    let from_args = args
+        .iter()
+        .position(|a| a == "--config")
+        .and_then(|i| args.get(i + 1).cloned())
+        .or_else(|| args.iter().find_map(|a| a.strip_prefix("--config=").map(str::to_string)));
     let Some(path) = from_args.or_else(|| std::env::var("GELO_CONFIG").ok()) else {
         return Ok(());
     };

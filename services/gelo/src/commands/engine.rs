@@ -5,7 +5,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use kernels::Engine;
 use protocol::{
-    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection, ShieldConfig, UVerifyConfig,
+    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection, ShieldConfig,
+    UVerifyConfig,
 };
 
 /// Engine and protocol flags with an explicit `--masked` (tools default to the plaintext

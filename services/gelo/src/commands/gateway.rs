@@ -3,7 +3,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use gateway::{BackendSpec, GatewayConfig, Role, RoutesSource, Settings, VerifyTiming};
 
 use super::serve::shutdown_signal;
@@ -167,10 +167,18 @@ impl GatewayArgs {
         ] {
             let model_identity = identity(flag, id)?;
             if !endpoints.is_empty() && model_identity.is_none() {
-                bail!("--{role} needs --{flag}: the model identity its evidence must prove (`gelo model identity PATH`)");
+                bail!(
+                    "--{role} needs --{flag}: the model identity its evidence must prove (`gelo model identity PATH`)"
+                );
             }
             for e in endpoints.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
-                backends.push(BackendSpec { role, endpoint: e.to_string(), model_identity, scheme_identity: None, tls_spki_sha256: None });
+                backends.push(BackendSpec {
+                    role,
+                    endpoint: e.to_string(),
+                    model_identity,
+                    scheme_identity: None,
+                    tls_spki_sha256: None,
+                });
             }
         }
         let routes = match (&self.routes_file, &self.routes_configmap) {
@@ -179,7 +187,9 @@ impl GatewayArgs {
                 policy: gateway::backends::routes::sibling_policy(f),
                 poll: seconds("routes-poll-seconds", self.routes_poll_seconds)?,
             }),
-            (None, Some(name)) => Some(RoutesSource::ConfigMap { name: name.clone(), namespace: self.routes_namespace.clone() }),
+            (None, Some(name)) => {
+                Some(RoutesSource::ConfigMap { name: name.clone(), namespace: self.routes_namespace.clone() })
+            }
             (None, None) => None,
         };
         let settings = Settings {

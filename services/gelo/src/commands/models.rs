@@ -4,8 +4,8 @@ use std::{io::Write, path::PathBuf, time::Instant};
 
 use anyhow::{Context, Result};
 use models::{
-    beir, load_embedder, load_generator, ChatMessage, GenerateRequest, LoadOptions, Manifest, ModelIdentity, Prompt,
-    SamplingParams,
+    ChatMessage, GenerateRequest, LoadOptions, Manifest, ModelIdentity, Prompt, SamplingParams, beir, load_embedder,
+    load_generator,
 };
 
 use super::engine::ExecArgs;
@@ -65,11 +65,18 @@ pub struct GenerateArgs {
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
     let g = load_generator(&a.model, a.exec.executor()?, &LoadOptions::default())?;
-    let prompt = if a.raw { Prompt::Raw(a.prompt.clone()) } else { Prompt::Chat(vec![ChatMessage::new("user", &a.prompt)]) };
+    let prompt =
+        if a.raw { Prompt::Raw(a.prompt.clone()) } else { Prompt::Chat(vec![ChatMessage::new("user", &a.prompt)]) };
     let req = GenerateRequest {
         prompt,
         max_tokens: a.max_tokens,
-        sampling: SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed, ..Default::default() },
+        sampling: SamplingParams {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            seed: a.seed,
+            ..Default::default()
+        },
         stop: Vec::new(),
         stop_repeated_words: 0,
     };
@@ -156,7 +163,8 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     let mut data = beir::BeirData::load(&a.data)?;
     if let Some(limit) = a.limit {
         let judged: std::collections::HashSet<&String> = data.qrels.values().flat_map(|m| m.keys()).collect();
-        let keep: Vec<bool> = data.corpus.iter().enumerate().map(|(i, (id, _))| i < limit || judged.contains(id)).collect();
+        let keep: Vec<bool> =
+            data.corpus.iter().enumerate().map(|(i, (id, _))| i < limit || judged.contains(id)).collect();
         let mut it = keep.iter();
         data.corpus.retain(|_| *it.next().expect("same length"));
     }
@@ -226,10 +234,13 @@ pub fn model(a: ModelArgs) -> Result<()> {
     Ok(())
 }
 
-
 fn eval_rerank(a: RerankEvalArgs) -> Result<()> {
     let data = beir::BeirData::load(&a.data)?;
-    let opts = LoadOptions { max_seq_length: Some(a.max_seq_length), instruction: a.instruction.clone(), ..Default::default() };
+    let opts = LoadOptions {
+        max_seq_length: Some(a.max_seq_length),
+        instruction: a.instruction.clone(),
+        ..Default::default()
+    };
     let r = models::load_reranker(&a.model, a.exec.executor()?, &opts)?;
     let t = Instant::now();
     let (wins, tried) = beir::rerank_pairwise(r.as_ref(), &data, a.queries, a.seed)?;

@@ -14,17 +14,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result, anyhow, bail};
 use api::v1::{
-    query_response::Event, rag_client::RagClient, Chunking, DeleteRequest, Document, IngestSummary, QueryRequest, SearchRequest,
-    StageTimings, StatsRequest,
+    Chunking, DeleteRequest, Document, IngestSummary, QueryRequest, SearchRequest, StageTimings, StatsRequest,
+    query_response::Event, rag_client::RagClient,
 };
 use attest::{ExpectedPeer, Policy};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tonic::transport::Channel;
 
-use super::up::{state_file, UpState};
+use super::up::{UpState, state_file};
 
 #[derive(clap::Subcommand)]
 pub enum RagCommand {
@@ -94,7 +94,10 @@ impl Conn {
     pub async fn connect(&self) -> Result<RagClient<Channel>> {
         if self.insecure {
             let gateway = self.gateway()?;
-            let ch = Channel::from_shared(format!("http://{gateway}"))?.connect().await.with_context(|| format!("connecting to {gateway}"))?;
+            let ch = Channel::from_shared(format!("http://{gateway}"))?
+                .connect()
+                .await
+                .with_context(|| format!("connecting to {gateway}"))?;
             return Ok(client(ch));
         }
         Ok(client(self.verify().await?.channel()))
@@ -225,7 +228,11 @@ fn json_string(v: &Value) -> Option<String> {
 /// Documents of one JSON Lines record: `_id`/`id`, `title`, `text`/`contents`, `metadata`.
 fn jsonl_doc(path: &Path, line_no: usize, line: &str, whole: bool) -> Result<Document> {
     let v: Value = serde_json::from_str(line).with_context(|| format!("{}:{line_no}: not JSON", path.display()))?;
-    let id = v.get("_id").or_else(|| v.get("id")).and_then(json_string).with_context(|| format!("{}:{line_no}: no `_id` or `id`", path.display()))?;
+    let id = v
+        .get("_id")
+        .or_else(|| v.get("id"))
+        .and_then(json_string)
+        .with_context(|| format!("{}:{line_no}: no `_id` or `id`", path.display()))?;
     let title = v.get("title").and_then(json_string).unwrap_or_default();
     let text = v
         .get("text")
@@ -268,10 +275,12 @@ fn read_inputs(a: &IngestArgs, tx: tokio::sync::mpsc::Sender<Document>, bar: Pro
                 }
             }
             _ => {
-                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {} (UTF-8 text)", path.display()))?;
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {} (UTF-8 text)", path.display()))?;
                 bar.inc(text.len() as u64);
                 let heading = text.lines().find_map(|l| l.strip_prefix("# ")).map(|h| h.trim().to_string());
-                let title = heading.unwrap_or_else(|| path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string());
+                let title = heading
+                    .unwrap_or_else(|| path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string());
                 let d = doc(path.display().to_string(), title, text, BTreeMap::new(), a.whole);
                 tx.blocking_send(d).map_err(|_| anyhow!("the gateway stopped reading"))?;
             }
@@ -321,7 +330,10 @@ async fn ingest(a: IngestArgs) -> Result<()> {
     let total: u64 = a.text.iter().map(|t| t.len() as u64).sum::<u64>()
         + files(&a.paths)?.iter().map(|p| std::fs::metadata(p).map_or(0, |m| m.len())).sum::<u64>();
     let bar = ProgressBar::new(total);
-    bar.set_style(ProgressStyle::with_template("{spinner} ingesting {bytes}/{total_bytes} [{bar:30}] {elapsed} {msg}")?.progress_chars("=> "));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} ingesting {bytes}/{total_bytes} [{bar:30}] {elapsed} {msg}")?
+            .progress_chars("=> "),
+    );
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     let reader = {
         let (a, bar) = (a.clone(), bar.clone());
@@ -340,7 +352,10 @@ async fn ingest(a: IngestArgs) -> Result<()> {
 fn print_summary(s: &IngestSummary, took: Duration, as_json: bool) {
     if as_json {
         let skipped: Vec<Value> = s.skipped.iter().map(|k| json!({ "id": k.id, "reason": k.reason })).collect();
-        println!("{}", json!({ "documents": s.documents, "chunks": s.chunks, "skipped": skipped, "seconds": took.as_secs_f64() }));
+        println!(
+            "{}",
+            json!({ "documents": s.documents, "chunks": s.chunks, "skipped": skipped, "seconds": took.as_secs_f64() })
+        );
         return;
     }
     println!("ingested {} documents ({} passages) in {:.1} s", s.documents, s.chunks, took.as_secs_f64());
@@ -440,7 +455,9 @@ fn event_json(e: &Event) -> Value {
     match e {
         Event::Passages(p) => json!({ "passages": p.passages.iter().map(passage_json).collect::<Vec<_>>() }),
         Event::Text(t) => json!({ "text": t }),
-        Event::Usage(u) => json!({ "usage": { "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens } }),
+        Event::Usage(u) => {
+            json!({ "usage": { "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens } })
+        }
         Event::Citations(c) => json!({ "citations": c.passage_ids, "unknown_citations": c.unknown }),
         Event::Timings(t) => json!({ "timings": timings_json(t) }),
     }
@@ -566,7 +583,11 @@ pub struct EvalArgs {
 
 /// The BEIR corpus with titles and texts apart (the gateway embeds `title + " " + text`, as
 /// `models::beir` does), restricted like `gelo eval beir --limit`.
-pub fn beir_corpus(dir: &Path, limit: Option<usize>, judged: &HashSet<String>) -> Result<Vec<(String, String, String)>> {
+pub fn beir_corpus(
+    dir: &Path,
+    limit: Option<usize>,
+    judged: &HashSet<String>,
+) -> Result<Vec<(String, String, String)>> {
     let path = dir.join("corpus.jsonl");
     let f = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let mut out = Vec::new();
@@ -594,9 +615,14 @@ async fn eval(a: EvalArgs) -> Result<()> {
     let t = Instant::now();
     if !a.skip_ingest {
         let bar = ProgressBar::new(corpus.len() as u64);
-        bar.set_style(ProgressStyle::with_template("{spinner} ingesting {pos}/{len} [{bar:30}] {elapsed}")?.progress_chars("=> "));
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} ingesting {pos}/{len} [{bar:30}] {elapsed}")?.progress_chars("=> "),
+        );
         let (tx, rx) = tokio::sync::mpsc::channel(256);
-        let docs: Vec<Document> = corpus.iter().map(|(id, title, text)| doc(id.clone(), title.clone(), text.clone(), BTreeMap::new(), true)).collect();
+        let docs: Vec<Document> = corpus
+            .iter()
+            .map(|(id, title, text)| doc(id.clone(), title.clone(), text.clone(), BTreeMap::new(), true))
+            .collect();
         let b = bar.clone();
         tokio::spawn(async move {
             for d in docs {
@@ -606,7 +632,8 @@ async fn eval(a: EvalArgs) -> Result<()> {
                 b.inc(1);
             }
         });
-        let s = client.ingest(tokio_stream::wrappers::ReceiverStream::new(rx)).await.map_err(status_error)?.into_inner();
+        let s =
+            client.ingest(tokio_stream::wrappers::ReceiverStream::new(rx)).await.map_err(status_error)?.into_inner();
         bar.finish_and_clear();
         if !s.skipped.is_empty() {
             bail!("{} documents were skipped, e.g. {:?}", s.skipped.len(), s.skipped[0]);
@@ -623,9 +650,13 @@ async fn eval(a: EvalArgs) -> Result<()> {
         "ingest_seconds": ingest_seconds, "query_seconds": query_seconds,
     });
     if let Some(model) = &a.reference_model {
-        let exec = Arc::new(protocol::MaskedExecutor::new(Arc::new(kernels::CpuEngine::new()), protocol::MaskedConfig::default())?);
+        let exec = Arc::new(protocol::MaskedExecutor::new(
+            Arc::new(kernels::CpuEngine::new()),
+            protocol::MaskedConfig::default(),
+        )?);
         let e = models::load_embedder(model, exec, &models::LoadOptions::default())?;
-        let s = tokio::task::spawn_blocking(move || models::beir::evaluate(e.as_ref(), &data, 32, |_, _, _| {})).await??;
+        let s =
+            tokio::task::spawn_blocking(move || models::beir::evaluate(e.as_ref(), &data, 32, |_, _, _| {})).await??;
         out["reference"] = json!({ "ndcg_at_10": s.ndcg_at_10, "recall_at_100": s.recall_at_100, "masked": true });
         out["ndcg_difference"] = json!(ndcg - s.ndcg_at_10);
     }
@@ -634,13 +665,22 @@ async fn eval(a: EvalArgs) -> Result<()> {
 }
 
 /// Ranked document ids per query, `concurrency` Search calls at a time, no reranking.
-pub async fn search_all(client: &RagClient<Channel>, queries: &[(String, String)], k: u32, concurrency: usize) -> Result<BTreeMap<String, Vec<String>>> {
+pub async fn search_all(
+    client: &RagClient<Channel>,
+    queries: &[(String, String)],
+    k: u32,
+    concurrency: usize,
+) -> Result<BTreeMap<String, Vec<String>>> {
     use futures::StreamExt;
     let results: Vec<Result<(String, Vec<String>)>> = futures::stream::iter(queries.iter().cloned())
         .map(|(qid, text)| {
             let mut c = client.clone();
             async move {
-                let r = c.search(SearchRequest { query: text, top_k: k, rerank: Some(false) }).await.map_err(status_error)?.into_inner();
+                let r = c
+                    .search(SearchRequest { query: text, top_k: k, rerank: Some(false) })
+                    .await
+                    .map_err(status_error)?
+                    .into_inner();
                 Ok((qid, r.passages.into_iter().map(|p| p.document_id).collect()))
             }
         })
@@ -682,9 +722,19 @@ pub struct BenchArgs {
 
 /// Generated paragraphs with enough vocabulary for retrieval to mean something.
 fn synthetic_docs(n: usize) -> Vec<(String, String, String)> {
-    const TOPICS: [&str; 8] = ["vitamin D", "protein folding", "insulin signalling", "gut bacteria", "T cells", "DNA repair", "sleep", "malaria"];
+    const TOPICS: [&str; 8] = [
+        "vitamin D",
+        "protein folding",
+        "insulin signalling",
+        "gut bacteria",
+        "T cells",
+        "DNA repair",
+        "sleep",
+        "malaria",
+    ];
     const VERBS: [&str; 6] = ["regulates", "reduces", "increases", "is associated with", "does not affect", "predicts"];
-    const OBJECTS: [&str; 6] = ["bone density", "inflammation", "mortality", "cell growth", "memory", "drug resistance"];
+    const OBJECTS: [&str; 6] =
+        ["bone density", "inflammation", "mortality", "cell growth", "memory", "drug resistance"];
     (0..n)
         .map(|i| {
             let topic = TOPICS[i % TOPICS.len()];
@@ -692,7 +742,11 @@ fn synthetic_docs(n: usize) -> Vec<(String, String, String)> {
             for s in 0..12 {
                 let v = VERBS[(i + s) % VERBS.len()];
                 let o = OBJECTS[(i * 7 + s) % OBJECTS.len()];
-                text.push_str(&format!("In cohort {i}-{s}, {topic} {v} {o} in {} of {} patients. ", 10 + (i * s) % 90, 100 + s));
+                text.push_str(&format!(
+                    "In cohort {i}-{s}, {topic} {v} {o} in {} of {} patients. ",
+                    10 + (i * s) % 90,
+                    100 + s
+                ));
             }
             (format!("bench-{i}"), format!("Study {i} on {topic}"), text)
         })
@@ -716,7 +770,14 @@ struct Sample {
 
 async fn one_query(mut c: RagClient<Channel>, question: String, a: &BenchArgs) -> Result<Sample, tonic::Status> {
     let t = Instant::now();
-    let req = QueryRequest { question, top_k: a.top_k, max_tokens: a.max_tokens, temperature: 0.0, seed: 0, rerank: a.rerank };
+    let req = QueryRequest {
+        question,
+        top_k: a.top_k,
+        max_tokens: a.max_tokens,
+        temperature: 0.0,
+        seed: 0,
+        rerank: a.rerank,
+    };
     let mut s = c.query(req).await?.into_inner();
     let mut out = Sample::default();
     while let Some(m) = s.message().await? {
@@ -740,10 +801,15 @@ async fn bench(a: BenchArgs) -> Result<()> {
         }
         None => (
             synthetic_docs(a.docs),
-            ["Does vitamin D affect bone density?", "What reduces inflammation?", "Is sleep associated with memory?", "What predicts mortality in malaria?"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            [
+                "Does vitamin D affect bone density?",
+                "What reduces inflammation?",
+                "Is sleep associated with memory?",
+                "What predicts mortality in malaria?",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
         ),
     };
     let mut report = json!({});
@@ -757,7 +823,12 @@ async fn bench(a: BenchArgs) -> Result<()> {
             let t = Instant::now();
             let mut tasks = Vec::new();
             for k in 0..c {
-                let part: Vec<_> = docs.iter().skip(k).step_by(c).map(|(id, ti, x)| (format!("{id}@c{c}"), ti.clone(), x.clone())).collect();
+                let part: Vec<_> = docs
+                    .iter()
+                    .skip(k)
+                    .step_by(c)
+                    .map(|(id, ti, x)| (format!("{id}@c{c}"), ti.clone(), x.clone()))
+                    .collect();
                 let mut cl = client.clone();
                 tasks.push(tokio::spawn(async move {
                     let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -784,8 +855,10 @@ async fn bench(a: BenchArgs) -> Result<()> {
                 documents as f64 / secs,
                 chunks as f64 / secs
             );
-            ingests.push(json!({ "concurrency": c, "documents": documents, "passages": chunks, "bytes": bytes, "seconds": secs,
-                "docs_per_second": documents as f64 / secs, "passages_per_second": chunks as f64 / secs }));
+            ingests.push(
+                json!({ "concurrency": c, "documents": documents, "passages": chunks, "bytes": bytes, "seconds": secs,
+                "docs_per_second": documents as f64 / secs, "passages_per_second": chunks as f64 / secs }),
+            );
         }
         report["ingest"] = Value::Array(ingests);
     }
@@ -845,7 +918,8 @@ async fn bench(a: BenchArgs) -> Result<()> {
     report["max_tokens"] = json!(a.max_tokens);
     report["top_k"] = json!(a.top_k);
     if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -4,15 +4,15 @@
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use anyhow::{Context, Result};
-use attest::{ratls::danger::AttestedClientVerifier, ExpectedPeer, Policy, ServerIdentity, ServiceClaims};
-use kernels::{timing::TimedEngine, Engine};
+use attest::{ExpectedPeer, Policy, ServerIdentity, ServiceClaims, ratls::danger::AttestedClientVerifier};
+use kernels::{Engine, timing::TimedEngine};
 use models::{LoadOptions, ModelIdentity};
 use server::{
+    Health, Limits, Metrics,
     embedder::{EmbedderService, EngineClock},
     generator::GeneratorService,
     reranker::RerankerService,
-    serve::{health, ready_line, serve, ServeOptions, Transport},
-    Health, Limits, Metrics,
+    serve::{ServeOptions, Transport, health, ready_line, serve},
 };
 use tokio::net::TcpListener;
 
@@ -120,9 +120,13 @@ impl ServiceArgs {
     /// The trace exporter these flags (or the standard OTel variables) ask for, if any.
     pub fn otlp(&self, role: Role) -> Option<Otlp> {
         let endpoint = self.otlp_endpoint.clone().or_else(|| {
-            ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"].iter().find_map(|v| std::env::var(v).ok())
+            ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
+                .iter()
+                .find_map(|v| std::env::var(v).ok())
         });
-        endpoint.filter(|e| !e.trim().is_empty()).map(|endpoint| Otlp { endpoint, service_name: format!("gelo-{}", role.name()) })
+        endpoint
+            .filter(|e| !e.trim().is_empty())
+            .map(|endpoint| Otlp { endpoint, service_name: format!("gelo-{}", role.name()) })
     }
 }
 
@@ -182,7 +186,9 @@ async fn run_async(role: Role, args: ServiceArgs) -> Result<()> {
     let routes = match loaded {
         Loaded::Embedder(e) => tonic::service::Routes::new(EmbedderService::new(e, limits, m, clock, h).into_server()),
         Loaded::Reranker(r) => tonic::service::Routes::new(RerankerService::new(r, limits, m, clock, h).into_server()),
-        Loaded::Generator(g) => tonic::service::Routes::new(GeneratorService::new(g, limits, m, clock, h).into_server()),
+        Loaded::Generator(g) => {
+            tonic::service::Routes::new(GeneratorService::new(g, limits, m, clock, h).into_server())
+        }
     };
     // 3. Transport: RA-TLS with evidence for this model and these settings, unless told.
     let scheme = serde_json::json!({ "role": role.name(), "protocol": executor.scheme() });
@@ -191,7 +197,8 @@ async fn run_async(role: Role, args: ServiceArgs) -> Result<()> {
         Transport::Insecure
     } else {
         let issuer = attest::issuer_from_env_or_default()?;
-        let claims = ServiceClaims { model_identity: identity.0, scheme_json: scheme.to_string(), role: role.name().into() };
+        let claims =
+            ServiceClaims { model_identity: identity.0, scheme_json: scheme.to_string(), role: role.name().into() };
         let identity = Arc::new(ServerIdentity::generate(issuer, claims)?);
         let clients = match &args.client_policy {
             Some(p) => {

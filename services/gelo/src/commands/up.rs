@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result, anyhow, bail};
 use attest::{MockIssuer, Policy, TrustedRoot};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -151,7 +151,11 @@ impl Service {
     }
 
     fn grpc(&self) -> Result<String> {
-        self.line.as_deref().and_then(|l| field(l, "grpc=")).map(str::to_string).ok_or_else(|| anyhow!("{}: no grpc address", self.role))
+        self.line
+            .as_deref()
+            .and_then(|l| field(l, "grpc="))
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("{}: no grpc address", self.role))
     }
 
     fn log_tail(&self) -> String {
@@ -202,7 +206,12 @@ fn wait_ready(services: &mut [&mut Service], bars: &[ProgressBar], hidden: bool,
             }
             if let Ok(Some(status)) = s.child.try_wait() {
                 bar.abandon_with_message("failed");
-                bail!("the {} exited ({status}) before it was ready; its log ({}):\n{}", s.role, s.log.display(), s.log_tail());
+                bail!(
+                    "the {} exited ({status}) before it was ready; its log ({}):\n{}",
+                    s.role,
+                    s.log.display(),
+                    s.log_tail()
+                );
             }
             pending += 1;
         }
@@ -266,7 +275,10 @@ pub fn run(a: UpArgs) -> Result<()> {
     let policy_path = state.join("policy.yaml");
     std::fs::write(
         &policy_path,
-        format!("# Written by `gelo up`: trusts only the mock PKI in mock-pki/ (local development).\n{}", policy.to_yaml()),
+        format!(
+            "# Written by `gelo up`: trusts only the mock PKI in mock-pki/ (local development).\n{}",
+            policy.to_yaml()
+        ),
     )?;
     prep.finish_with_message("model identities checked, mock PKI and policy ready");
 

@@ -12,7 +12,8 @@ const TLS: &str = "2222222222222222222222222222222222222222222222222222222222222
 const OTHER_TLS: &str = "2222222222222222222222222222222222222222222222222222222222222223";
 const NONCE: &str = "33333333333333333333333333333333";
 const OTHER_NONCE: &str = "33333333333333333333333333333334";
-const SCHEME: &str = r#"{"role":"embedder","protocol":{"executor":"sealed"},"mask":"haar","shield":{"k":8,"energy":4.0}}"#;
+const SCHEME: &str =
+    r#"{"role":"embedder","protocol":{"executor":"sealed"},"mask":"haar","shield":{"k":8,"energy":4.0}}"#;
 
 fn gelo(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gelo")).args(args).env("RUST_LOG", "warn").output().expect("spawning gelo")

@@ -4,10 +4,10 @@
 use std::time::{Duration, Instant};
 
 use api::v1::{
-    embedder_client::EmbedderClient, generator_client::GeneratorClient, reranker_client::RerankerClient, ChatMessage,
-    EmbedRequest, GenerateRequest, RerankRequest,
+    ChatMessage, EmbedRequest, GenerateRequest, RerankRequest, embedder_client::EmbedderClient,
+    generator_client::GeneratorClient, reranker_client::RerankerClient,
 };
-use tonic::{codec::Codec, Code};
+use tonic::{Code, codec::Codec};
 
 use crate::support::*;
 
@@ -84,7 +84,17 @@ async fn embedder_refuses_bad_input_and_stays_healthy() {
     let path = model("all-minilm-l6-v2");
     let mut p = Proc::start(
         "embedder-bad",
-        &["embedder", "--model", path.to_str().unwrap(), "--max-texts", "4", "--max-queue", "1", "--max-request-bytes", "65536"],
+        &[
+            "embedder",
+            "--model",
+            path.to_str().unwrap(),
+            "--max-texts",
+            "4",
+            "--max-queue",
+            "1",
+            "--max-request-bytes",
+            "65536",
+        ],
         &[],
     );
     let ch = connect(&p, None).await;
@@ -97,7 +107,11 @@ async fn embedder_refuses_bad_input_and_stays_healthy() {
     expect(Code::InvalidArgument, c.embed(req(vec![long.clone()])).await, "limit of 256");
     let truncated = c.embed(EmbedRequest { texts: vec![long], truncate: true, ..Default::default() }).await.unwrap();
     assert_eq!(truncated.into_inner().embeddings[0].values.len(), 384);
-    expect(Code::InvalidArgument, c.embed(EmbedRequest { texts: vec!["x".into()], instruction: "find".into(), ..Default::default() }).await, "no instruction");
+    expect(
+        Code::InvalidArgument,
+        c.embed(EmbedRequest { texts: vec!["x".into()], instruction: "find".into(), ..Default::default() }).await,
+        "no instruction",
+    );
     // Over the request size limit: RESOURCE_EXHAUSTED, limit named.
     expect(Code::ResourceExhausted, c.embed(req(vec!["y".repeat(70_000)])).await, "65536");
     // Invalid UTF-8 in `texts` (field 1, length-delimited): INVALID_ARGUMENT.
@@ -108,7 +122,8 @@ async fn embedder_refuses_bad_input_and_stays_healthy() {
     let mut tasks = Vec::new();
     for i in 0..24 {
         let mut c = c.clone();
-        let texts: Vec<String> = (0..4).map(|j| format!("{MARKER} request {i} text {j} {}", "lorem ipsum ".repeat(40))).collect();
+        let texts: Vec<String> =
+            (0..4).map(|j| format!("{MARKER} request {i} text {j} {}", "lorem ipsum ".repeat(40))).collect();
         tasks.push(tokio::spawn(async move { c.embed(req(texts)).await.map(|_| ()) }));
     }
     let mut refused = 0;
@@ -135,22 +150,54 @@ async fn generator_refuses_bad_input_frees_cancelled_sequences_and_stays_healthy
     let path = model("smollm2-135m-instruct.gguf");
     let mut p = Proc::start(
         "generator-bad",
-        &["generator", "--model", path.to_str().unwrap(), "--max-output-tokens", "512", "--metrics-listen", "127.0.0.1:0"],
+        &[
+            "generator",
+            "--model",
+            path.to_str().unwrap(),
+            "--max-output-tokens",
+            "512",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
         &[],
     );
     let ch = connect(&p, None).await;
     let mut c = GeneratorClient::new(ch.channel());
     let user = |content: &str| vec![ChatMessage { role: "user".into(), content: content.into() }];
     let base = GenerateRequest { messages: user(MARKER), max_tokens: 8, ..Default::default() };
-    expect(Code::InvalidArgument, c.generate(GenerateRequest { messages: vec![], ..base.clone() }).await, "messages is empty");
+    expect(
+        Code::InvalidArgument,
+        c.generate(GenerateRequest { messages: vec![], ..base.clone() }).await,
+        "messages is empty",
+    );
     let wizard = vec![ChatMessage { role: "wizard".into(), content: MARKER.into() }];
     expect(Code::InvalidArgument, c.generate(GenerateRequest { messages: wizard, ..base.clone() }).await, "role");
-    expect(Code::InvalidArgument, c.generate(GenerateRequest { temperature: 9.0, ..base.clone() }).await, "temperature");
+    expect(
+        Code::InvalidArgument,
+        c.generate(GenerateRequest { temperature: 9.0, ..base.clone() }).await,
+        "temperature",
+    );
     expect(Code::InvalidArgument, c.generate(GenerateRequest { top_p: 1.5, ..base.clone() }).await, "top_p");
-    expect(Code::InvalidArgument, c.generate(GenerateRequest { max_tokens: 5000, ..base.clone() }).await, "limit of 512");
-    expect(Code::InvalidArgument, c.generate(GenerateRequest { stop: vec!["s".into(); 17], ..base.clone() }).await, "limit of 16");
-    expect(Code::InvalidArgument, c.generate(GenerateRequest { stop_repeated_words: 1, ..base.clone() }).await, "stop_repeated_words");
-    expect(Code::InvalidArgument, c.generate(GenerateRequest { stop_repeated_words: 65, ..base.clone() }).await, "stop_repeated_words");
+    expect(
+        Code::InvalidArgument,
+        c.generate(GenerateRequest { max_tokens: 5000, ..base.clone() }).await,
+        "limit of 512",
+    );
+    expect(
+        Code::InvalidArgument,
+        c.generate(GenerateRequest { stop: vec!["s".into(); 17], ..base.clone() }).await,
+        "limit of 16",
+    );
+    expect(
+        Code::InvalidArgument,
+        c.generate(GenerateRequest { stop_repeated_words: 1, ..base.clone() }).await,
+        "stop_repeated_words",
+    );
+    expect(
+        Code::InvalidArgument,
+        c.generate(GenerateRequest { stop_repeated_words: 65, ..base.clone() }).await,
+        "stop_repeated_words",
+    );
     let huge = GenerateRequest { raw_prompt: format!("{MARKER} {}", "word ".repeat(9000)), ..base.clone() };
     expect(Code::InvalidArgument, c.generate(huge).await, "8192");
 
@@ -204,15 +251,21 @@ async fn generator_refuses_bad_input_frees_cancelled_sequences_and_stays_healthy
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reranker_refuses_bad_input_and_stays_healthy() {
     let path = model("smollm2-135m-instruct.gguf");
-    let mut p = Proc::start("reranker-bad", &["reranker", "--model", path.to_str().unwrap(), "--max-documents", "4"], &[]);
+    let mut p =
+        Proc::start("reranker-bad", &["reranker", "--model", path.to_str().unwrap(), "--max-documents", "4"], &[]);
     let ch = connect(&p, None).await;
     let mut c = RerankerClient::new(ch.channel());
     let doc = |i: usize| format!("{MARKER} document {i} about rivers");
-    let req = |query: &str, documents: Vec<String>| RerankRequest { query: query.into(), documents, ..Default::default() };
+    let req =
+        |query: &str, documents: Vec<String>| RerankRequest { query: query.into(), documents, ..Default::default() };
     expect(Code::InvalidArgument, c.rerank(req("", vec![doc(0)])).await, "query is empty");
     expect(Code::InvalidArgument, c.rerank(req(" \n ", vec![doc(0)])).await, "query is empty");
     expect(Code::InvalidArgument, c.rerank(req(MARKER, vec![])).await, "documents is empty");
-    expect(Code::InvalidArgument, c.rerank(req(MARKER, (0..5).map(doc).collect())).await, "documents per request: 5 exceeds the limit of 4");
+    expect(
+        Code::InvalidArgument,
+        c.rerank(req(MARKER, (0..5).map(doc).collect())).await,
+        "documents per request: 5 exceeds the limit of 4",
+    );
     expect(Code::InvalidArgument, c.rerank(req(MARKER, vec![doc(0), "  ".into()])).await, "documents[1] is empty");
     // A (query, document) pair over the model's input length: the document and the limit named.
     let long = format!("{MARKER} {}", "word ".repeat(9000));
@@ -224,7 +277,10 @@ async fn reranker_refuses_bad_input_and_stays_healthy() {
     healthy(&p).await;
     assert!(p.alive());
     let log = p.log_text();
-    assert!(!log.contains(MARKER) && !log.contains("word word") && !log.contains("rivers"), "request text leaked into the log");
+    assert!(
+        !log.contains(MARKER) && !log.contains("word word") && !log.contains("rivers"),
+        "request text leaked into the log"
+    );
     assert!(!log.contains("panicked"), "{log}");
 }
 

@@ -1,8 +1,8 @@
 use std::sync::Arc;
 
-use api::v1::{embedder_client::EmbedderClient, EmbedRequest};
+use api::v1::{EmbedRequest, embedder_client::EmbedderClient};
 use kernels::CpuEngine;
-use models::{load_embedder, ops::cosine, LoadOptions};
+use models::{LoadOptions, load_embedder, ops::cosine};
 use protocol::{MaskedConfig, MaskedExecutor};
 
 use crate::support::*;
@@ -10,7 +10,11 @@ use crate::support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedder_process_matches_in_process_and_serves_64_concurrent_clients() {
     let path = model("all-minilm-l6-v2");
-    let p = Proc::start("embedder", &["embedder", "--model", path.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0"], &[]);
+    let p = Proc::start(
+        "embedder",
+        &["embedder", "--model", path.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0"],
+        &[],
+    );
     let ch = connect(&p, Some(identity(&path))).await;
     // The freshness challenge: new nonce, same TLS key.
     ch.challenge().await.expect("fresh evidence");
@@ -23,7 +27,8 @@ async fn embedder_process_matches_in_process_and_serves_64_concurrent_clients() 
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let want = local.embed(&refs).unwrap();
 
-    let got = client.embed(EmbedRequest { texts: texts[..3].to_vec(), ..Default::default() }).await.unwrap().into_inner();
+    let got =
+        client.embed(EmbedRequest { texts: texts[..3].to_vec(), ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(got.embeddings.len(), 3);
     assert_eq!(got.model, hex::encode(identity(&path)));
     for (g, w) in got.embeddings.iter().zip(&want) {

@@ -1,8 +1,8 @@
 use std::{sync::Arc, time::Instant};
 
-use api::v1::{generator_client::GeneratorClient, ChatMessage, FinishReason, GenerateRequest};
+use api::v1::{ChatMessage, FinishReason, GenerateRequest, generator_client::GeneratorClient};
 use kernels::CpuEngine;
-use models::{load_generator, GenerateRequest as Req, LoadOptions, Prompt};
+use models::{GenerateRequest as Req, LoadOptions, Prompt, load_generator};
 use protocol::{MaskedConfig, MaskedExecutor};
 
 use crate::support::*;
@@ -64,7 +64,11 @@ async fn generator_process_streams_the_in_process_greedy_tokens() {
 
     // The repetition stop: a prompt that loops ends once a run of three words comes round
     // again (shown once), with exact usage; without the rule it runs to max_tokens.
-    let looping = GenerateRequest { raw_prompt: "red, green, blue, red, green, blue, red, green, blue,".into(), max_tokens: 40, ..Default::default() };
+    let looping = GenerateRequest {
+        raw_prompt: "red, green, blue, red, green, blue, red, green, blue,".into(),
+        max_tokens: 40,
+        ..Default::default()
+    };
     let (free, free_finish, _) = collect(&mut client, looping.clone()).await;
     assert_eq!(free_finish, FinishReason::Length as i32, "the loop did not loop: {free:?}");
     assert!(models::generate::repeated_run(&free, 3, true).is_some(), "{free:?}");

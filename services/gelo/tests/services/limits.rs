@@ -1,7 +1,7 @@
 //! The limits set by flag or environment variable, against running processes: an
 //! over-limit request is INVALID_ARGUMENT with the limit named, one within it is served.
 
-use api::v1::{embedder_client::EmbedderClient, generator_client::GeneratorClient, EmbedRequest, GenerateRequest};
+use api::v1::{EmbedRequest, GenerateRequest, embedder_client::EmbedderClient, generator_client::GeneratorClient};
 use tonic::Code;
 
 use crate::support::*;
@@ -17,9 +17,14 @@ fn refused<T: std::fmt::Debug>(r: Result<T, tonic::Status>, what: &str, limit: u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_tokens_per_text_flag_limits_each_text() {
     let path = model("all-minilm-l6-v2");
-    let p = Proc::start("embedder-limits", &["embedder", "--model", path.to_str().unwrap(), "--max-tokens-per-text", "16"], &[]);
+    let p = Proc::start(
+        "embedder-limits",
+        &["embedder", "--model", path.to_str().unwrap(), "--max-tokens-per-text", "16"],
+        &[],
+    );
     let mut c = EmbedderClient::new(connect(&p, None).await.channel());
-    let long = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen".to_string();
+    let long =
+        "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen".to_string();
     let req = |texts: Vec<String>, truncate| EmbedRequest { texts, truncate, ..Default::default() };
     refused(c.embed(req(vec!["short".into(), long.clone()], false)).await, "texts[1] tokens", 16);
     // Within the limit, or cut to it on request: served.

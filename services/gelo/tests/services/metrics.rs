@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use api::v1::{generator_client::GeneratorClient, GenerateRequest};
+use api::v1::{GenerateRequest, generator_client::GeneratorClient};
 use tonic::Code;
 
 use crate::support::*;
@@ -19,11 +19,18 @@ async fn generate_latency(p: &Proc, code: &str) -> (f64, f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latency_is_by_method_and_code_and_covers_the_whole_generate_stream() {
     let path = model("smollm2-135m-instruct.gguf");
-    let p = Proc::start("generator-metrics", &["generator", "--model", path.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0"], &[]);
+    let p = Proc::start(
+        "generator-metrics",
+        &["generator", "--model", path.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0"],
+        &[],
+    );
     let mut c = GeneratorClient::new(connect(&p, None).await.channel());
 
     // Refused: its own series.
-    let err = c.generate(GenerateRequest { raw_prompt: "x".into(), temperature: 9.0, ..Default::default() }).await.unwrap_err();
+    let err = c
+        .generate(GenerateRequest { raw_prompt: "x".into(), temperature: 9.0, ..Default::default() })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 
     // Served: 40 tokens, streamed.
@@ -54,7 +61,10 @@ async fn latency_is_by_method_and_code_and_covers_the_whole_generate_stream() {
     assert_eq!(cancelled, 1.0, "the dropped stream was not recorded as Cancelled");
     let (ok, ok_seconds) = generate_latency(&p, "Ok").await;
     assert_eq!(ok, 1.0);
-    assert!(ok_seconds >= streamed, "Generate latency {ok_seconds}s ends before its stream did ({streamed}s between first and last chunk)");
+    assert!(
+        ok_seconds >= streamed,
+        "Generate latency {ok_seconds}s ends before its stream did ({streamed}s between first and last chunk)"
+    );
     assert_eq!(generate_latency(&p, "InvalidArgument").await.0, 1.0);
     let inf = r#"gelo_request_seconds_bucket{role="generator",le="+Inf",method="Generate",code="Ok"}"#;
     assert_eq!(p.metric(inf, "").await, 1.0, "buckets are labelled by method and code");

@@ -7,14 +7,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use api::v1::{embedder_client::EmbedderClient, generator_client::GeneratorClient, EmbedRequest, GenerateRequest};
+use api::v1::{EmbedRequest, GenerateRequest, embedder_client::EmbedderClient, generator_client::GeneratorClient};
 use opentelemetry_proto::tonic::{
     collector::trace::v1::{
-        trace_service_server::{TraceService, TraceServiceServer},
         ExportTraceServiceRequest, ExportTraceServiceResponse,
+        trace_service_server::{TraceService, TraceServiceServer},
     },
-    common::v1::{any_value::Value, KeyValue},
-    trace::v1::{span::SpanKind, Span},
+    common::v1::{KeyValue, any_value::Value},
+    trace::v1::{Span, span::SpanKind},
 };
 use prost::Message as _;
 use tonic::Code;
@@ -61,7 +61,9 @@ impl Collector {
                 .unwrap()
                 .iter()
                 .flat_map(|r| &r.resource_spans)
-                .filter(|rs| rs.resource.as_ref().is_some_and(|r| string_attr(&r.attributes, "service.name") == Some(service)))
+                .filter(|rs| {
+                    rs.resource.as_ref().is_some_and(|r| string_attr(&r.attributes, "service.name") == Some(service))
+                })
                 .flat_map(|rs| &rs.scope_spans)
                 .flat_map(|ss| &ss.spans)
                 .filter(|s| s.name == name)
@@ -120,10 +122,14 @@ async fn services_export_rpc_spans_over_otlp_without_request_text() {
     let mut c = EmbedderClient::new(connect(&embedder, None).await.channel());
     let texts = vec![format!("{MARKER} first text"), format!("{MARKER} second text")];
     c.embed(EmbedRequest { texts: texts.clone(), ..Default::default() }).await.unwrap();
-    let refused = c.embed(EmbedRequest { texts: vec![MARKER.into(), " ".into()], ..Default::default() }).await.unwrap_err();
+    let refused =
+        c.embed(EmbedRequest { texts: vec![MARKER.into(), " ".into()], ..Default::default() }).await.unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
     let long = format!("{MARKER} {}", "word ".repeat(300));
-    assert_eq!(c.embed(EmbedRequest { texts: vec![long], ..Default::default() }).await.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(
+        c.embed(EmbedRequest { texts: vec![long], ..Default::default() }).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
 
     let spans = collector.wait_for("gelo-embedder", "gelo.v1.Embedder/Embed", 3).await;
     let ok = with_code(&spans, Code::Ok);

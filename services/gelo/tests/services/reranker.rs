@@ -1,8 +1,8 @@
 use std::sync::Arc;
 
-use api::v1::{reranker_client::RerankerClient, RerankRequest};
+use api::v1::{RerankRequest, reranker_client::RerankerClient};
 use kernels::CpuEngine;
-use models::{load_reranker, LoadOptions};
+use models::{LoadOptions, load_reranker};
 use protocol::{MaskedConfig, MaskedExecutor};
 
 use crate::support::*;
@@ -13,9 +13,18 @@ async fn reranker_process_ranks_like_in_process() {
     let p = Proc::start("reranker", &["reranker", "--model", path.to_str().unwrap()], &[]);
     let mut client = RerankerClient::new(connect(&p, Some(identity(&path))).await.channel());
     let query = "What is the capital of France?";
-    let docs = ["Paris is the capital and largest city of France.", "Bananas are rich in potassium.", "The Eiffel Tower is in Paris, France's capital."];
+    let docs = [
+        "Paris is the capital and largest city of France.",
+        "Bananas are rich in potassium.",
+        "The Eiffel Tower is in Paris, France's capital.",
+    ];
     let got = client
-        .rerank(RerankRequest { query: query.into(), documents: docs.iter().map(|d| d.to_string()).collect(), top_n: 2, truncate: false })
+        .rerank(RerankRequest {
+            query: query.into(),
+            documents: docs.iter().map(|d| d.to_string()).collect(),
+            top_n: 2,
+            truncate: false,
+        })
         .await
         .unwrap()
         .into_inner();

@@ -8,11 +8,11 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{mpsc, Arc, OnceLock},
+    sync::{Arc, OnceLock, mpsc},
     time::Duration,
 };
 
-use attest::{issuer::default_mock_measurement, ExpectedPeer, MockPki, Policy, TrustedRoot};
+use attest::{ExpectedPeer, MockPki, Policy, TrustedRoot, issuer::default_mock_measurement};
 
 /// A model from the offline cache; fails loudly when it has not been fetched.
 pub fn model(name: &str) -> PathBuf {
@@ -38,7 +38,11 @@ pub fn pki_dir() -> PathBuf {
 /// A policy trusting the test mock root and its default launch digest.
 pub fn policy() -> Arc<Policy> {
     let pki = MockPki::load_or_create(&pki_dir()).expect("mock PKI");
-    Arc::new(Policy::default().with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())]).allow_measurement(default_mock_measurement()))
+    Arc::new(
+        Policy::default()
+            .with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())])
+            .allow_measurement(default_mock_measurement()),
+    )
 }
 
 /// A running `gelo` process.
@@ -81,7 +85,8 @@ impl Proc {
                 panic!("{name} did not become ready; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
             }
         };
-        let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).map(|v| v.parse::<SocketAddr>().unwrap());
+        let field =
+            |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).map(|v| v.parse::<SocketAddr>().unwrap());
         Proc { child, grpc: field("grpc=").expect("grpc address"), metrics: field("metrics="), log }
     }
 

@@ -14,15 +14,7 @@ pub struct Builder {
 
 impl Default for Builder {
     fn default() -> Self {
-        Self {
-            version: 3,
-            alignment: 32,
-            kvs: Vec::new(),
-            n_kv: 0,
-            infos: Vec::new(),
-            n_tensors: 0,
-            data: Vec::new(),
-        }
+        Self { version: 3, alignment: 32, kvs: Vec::new(), n_kv: 0, infos: Vec::new(), n_tensors: 0, data: Vec::new() }
     }
 }
 
@@ -34,10 +26,7 @@ pub fn string(s: &str) -> Vec<u8> {
 
 impl Builder {
     pub fn with_version(version: u32) -> Self {
-        Self {
-            version,
-            ..Self::default()
-        }
+        Self { version, ..Self::default() }
     }
 
     /// A key with a raw type id and raw value bytes.
@@ -67,17 +56,9 @@ impl Builder {
 
     /// A tensor info with explicit type id and offset; `data` is appended to the data
     /// section (aligned) only if `offset` is `None`, in which case the offset is computed.
-    pub fn tensor_raw(
-        mut self,
-        name: &str,
-        ne: &[u64],
-        type_id: u32,
-        offset: Option<u64>,
-        data: &[u8],
-    ) -> Self {
+    pub fn tensor_raw(mut self, name: &str, ne: &[u64], type_id: u32, offset: Option<u64>, data: &[u8]) -> Self {
         let offset = offset.unwrap_or_else(|| {
-            let pad = (self.alignment as usize - self.data.len() % self.alignment as usize)
-                % self.alignment as usize;
+            let pad = (self.alignment as usize - self.data.len() % self.alignment as usize) % self.alignment as usize;
             self.data.extend(std::iter::repeat_n(0u8, pad));
             let at = self.data.len() as u64;
             self.data.extend_from_slice(data);
@@ -107,8 +88,7 @@ impl Builder {
         out.extend(self.n_kv.to_le_bytes());
         out.extend(&self.kvs);
         out.extend(&self.infos);
-        let pad = (self.alignment as usize - out.len() % self.alignment as usize)
-            % self.alignment as usize;
+        let pad = (self.alignment as usize - out.len() % self.alignment as usize) % self.alignment as usize;
         out.extend(std::iter::repeat_n(0u8, pad));
         out.extend(&self.data);
         out

@@ -13,27 +13,19 @@ pub const QWEN25: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 pub fn models_dir() -> PathBuf {
     let cache = std::env::var_os("GELO_CACHE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/gelo")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/gelo"));
     cache.join("models")
 }
 
 /// Path of a fetched model file; fails (never skips) when it is absent.
 pub fn model_path(file: &str) -> PathBuf {
     let path = models_dir().join(file);
-    assert!(
-        path.is_file(),
-        "model file {} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
+    assert!(path.is_file(), "model file {} is missing: run scripts/fetch-models.sh", path.display());
     path
 }
 
 pub fn fixture_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 pub fn read_json(path: PathBuf) -> serde_json::Value {

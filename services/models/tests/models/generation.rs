@@ -1,7 +1,7 @@
 //! Generation: batched == single, seeded sampling reproduces, limits give clear errors,
 //! stop strings and streaming.
 
-use models::{load_generator, ChatMessage, FinishReason, GenerateRequest, ModelError, Prompt, SamplingParams};
+use models::{ChatMessage, FinishReason, GenerateRequest, ModelError, Prompt, SamplingParams, load_generator};
 
 use crate::support::*;
 
@@ -10,8 +10,10 @@ const SMOL: &str = "smollm2-135m-instruct.gguf";
 #[test]
 fn batched_decode_equals_single_runs() {
     let mut g = load_generator(&model(SMOL), masked(), &Default::default()).unwrap();
-    let prompts = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,", "Once upon a time", "Water boils at"];
-    let reqs: Vec<GenerateRequest> = prompts.iter().map(|p| GenerateRequest::greedy(Prompt::Raw(p.to_string()), 16)).collect();
+    let prompts =
+        ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,", "Once upon a time", "Water boils at"];
+    let reqs: Vec<GenerateRequest> =
+        prompts.iter().map(|p| GenerateRequest::greedy(Prompt::Raw(p.to_string()), 16)).collect();
     let singles: Vec<_> = reqs.iter().map(|r| g.generate(r, |_| true).unwrap()).collect();
     // One pass for the batch, the default two concurrent groups, and uneven groups (2, 2, 1).
     for groups in [1, 2, 3] {
@@ -43,7 +45,9 @@ fn seeded_sampling_is_reproducible() {
 
 #[test]
 fn too_long_a_context_is_a_clear_error() {
-    let g = load_generator(&model(SMOL), plain(), &models::LoadOptions { max_seq_length: Some(64), ..Default::default() }).unwrap();
+    let g =
+        load_generator(&model(SMOL), plain(), &models::LoadOptions { max_seq_length: Some(64), ..Default::default() })
+            .unwrap();
     let req = GenerateRequest::greedy(Prompt::Raw("word ".repeat(40)), 32);
     match g.generate(&req, |_| true) {
         Err(ModelError::ContextTooLong { tokens, limit }) => assert!(tokens > limit && limit == 64),
@@ -70,11 +74,13 @@ fn stop_strings_end_generation_and_streaming_adds_up() {
     // Streamed chunks concatenate to the final text, and arrive one step at a time.
     let mut streamed = String::new();
     let mut chunks = 0;
-    let done = g.generate(&base, |c| {
-        streamed.push_str(&c.text);
-        chunks += 1;
-        true
-    }).unwrap();
+    let done = g
+        .generate(&base, |c| {
+            streamed.push_str(&c.text);
+            chunks += 1;
+            true
+        })
+        .unwrap();
     assert_eq!(streamed, done.text);
     assert_eq!(chunks, done.tokens.len() + usize::from(done.finish == FinishReason::Stop));
 }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use models::{load_generator, sampler::argmax, TextGenerator};
+use models::{TextGenerator, load_generator, sampler::argmax};
 use serde::Deserialize;
 
 use crate::support::*;
@@ -70,7 +70,12 @@ fn greedy(g: &TextGenerator, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32
             first = row.to_vec();
         }
         let best = argmax(row);
-        let second = row.iter().enumerate().filter(|(i, _)| *i as u32 != best).map(|(_, &v)| v).fold(f32::NEG_INFINITY, f32::max);
+        let second = row
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i as u32 != best)
+            .map(|(_, &v)| v)
+            .fold(f32::NEG_INFINITY, f32::max);
         gaps.push(row[best as usize] - second);
         ids.push(best);
         if step + 1 < steps {
@@ -98,13 +103,16 @@ struct F32Prompt {
 /// every divergence is at a near-tie of our logits.
 fn compare_with_llama_cpp_f32(file: &str, name: &str) -> usize {
     let g = load_generator(&model(file), plain(), &Default::default()).unwrap();
-    let fx: F32Fixture = serde_json::from_slice(&std::fs::read(fixture_dir(name).join("generation_f32.json")).unwrap()).unwrap();
+    let fx: F32Fixture =
+        serde_json::from_slice(&std::fs::read(fixture_dir(name).join("generation_f32.json")).unwrap()).unwrap();
     let mut agree = 0;
     for p in &fx.prompts {
         let (ids, gaps, _) = greedy(&g, &p.prompt_ids, 32);
         match ids.iter().zip(&p.greedy_ids).position(|(a, b)| a != b) {
             None => agree += 1,
-            Some(step) => assert!(gaps[step] < 0.3, "{name}/{} (f32): diverged at step {step}, top-2 gap {}", p.id, gaps[step]),
+            Some(step) => {
+                assert!(gaps[step] < 0.3, "{name}/{} (f32): diverged at step {step}, top-2 gap {}", p.id, gaps[step])
+            }
         }
     }
     eprintln!("{name}: {agree}/{} greedy continuations equal llama.cpp (F32 weights) for 32 tokens", fx.prompts.len());
@@ -129,12 +137,25 @@ fn compare_with_llama_cpp(file: &str, name: &str) {
             None => agree += 1,
             Some(step) => {
                 // A divergence is acceptable only where our own logits nearly tie.
-                assert!(gaps[step] < 0.3, "{name}/{}: diverged at step {step} with a top-2 gap of {}", p.id, gaps[step]);
+                assert!(
+                    gaps[step] < 0.3,
+                    "{name}/{}: diverged at step {step} with a top-2 gap of {}",
+                    p.id,
+                    gaps[step]
+                );
             }
         }
-        eprintln!("{name}/{}: r = {r:.5}, argmax {} vs {}, first divergence {diverge:?}", p.id, first_argmax(&first), p.first_step.argmax);
+        eprintln!(
+            "{name}/{}: r = {r:.5}, argmax {} vs {}, first divergence {diverge:?}",
+            p.id,
+            first_argmax(&first),
+            p.first_step.argmax
+        );
     }
-    eprintln!("{name}: {agree}/{} greedy continuations equal llama.cpp (quantized activations) for 32 tokens", fx.prompts.len());
+    eprintln!(
+        "{name}: {agree}/{} greedy continuations equal llama.cpp (quantized activations) for 32 tokens",
+        fx.prompts.len()
+    );
     // Measured 4/8 (SmolLM2) and 5/8 (Qwen2.5); all divergences at near-ties.
     assert!(agree >= 4, "{name}: only {agree} of {} greedy continuations agree for 32 tokens", fx.prompts.len());
 }

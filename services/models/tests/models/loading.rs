@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use models::{load_embedder, load_generator, LoadOptions, Manifest, ModelError, ModelIdentity};
+use models::{LoadOptions, Manifest, ModelError, ModelIdentity, load_embedder, load_generator};
 
 use crate::support::*;
 
@@ -27,7 +27,11 @@ fn identity_covers_model_files_only_and_mismatch_is_refused() {
     copy_dir(&src, &dir);
     let (_, m1) = Manifest::of_path(&dir).unwrap();
     let names: Vec<&str> = m1.files.iter().map(|f| f.name.as_str()).collect();
-    assert!(names.contains(&"model.safetensors") && names.contains(&"tokenizer.json") && names.contains(&"1_Pooling/config.json"));
+    assert!(
+        names.contains(&"model.safetensors")
+            && names.contains(&"tokenizer.json")
+            && names.contains(&"1_Pooling/config.json")
+    );
     assert!(!names.contains(&"README.md"));
     // Documentation does not change the identity; a config byte does.
     std::fs::write(dir.join("README.md"), "changed").unwrap();
@@ -56,15 +60,22 @@ fn missing_tensors_and_unknown_architectures_are_named() {
     let _ = std::fs::remove_dir_all(&dir);
     copy_dir(&src, &dir);
     // A config claiming more layers than the weights have.
-    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap().replace("\"num_hidden_layers\": 6", "\"num_hidden_layers\": 7");
+    let cfg = std::fs::read_to_string(dir.join("config.json"))
+        .unwrap()
+        .replace("\"num_hidden_layers\": 6", "\"num_hidden_layers\": 7");
     std::fs::write(dir.join("config.json"), cfg).unwrap();
     let err = load_embedder(&dir, plain(), &LoadOptions::default()).err().expect("must fail");
     assert!(matches!(&err, ModelError::MissingTensor(n) if n.contains("encoder.layer.6")), "{err}");
     // An architecture we do not implement.
-    let cfg = std::fs::read_to_string(src.join("config.json")).unwrap().replace("\"model_type\": \"bert\"", "\"model_type\": \"mamba\"");
+    let cfg = std::fs::read_to_string(src.join("config.json"))
+        .unwrap()
+        .replace("\"model_type\": \"bert\"", "\"model_type\": \"mamba\"");
     std::fs::write(dir.join("config.json"), cfg).unwrap();
     let err = load_generator(&dir, plain(), &LoadOptions::default()).err().expect("must fail");
-    assert!(matches!(&err, ModelError::UnknownArchitecture(a) if a == "mamba") || err.to_string().contains("mamba"), "{err}");
+    assert!(
+        matches!(&err, ModelError::UnknownArchitecture(a) if a == "mamba") || err.to_string().contains("mamba"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -2,15 +2,13 @@
 
 use std::sync::Arc;
 
-use models::{load_embedder, ops::cosine, LoadOptions};
+use models::{LoadOptions, load_embedder, ops::cosine};
 
 use crate::support::*;
 
 /// sentence-transformers' quickstart sentences and its published similarities.
-const QUICKSTART: ([&str; 3], [f32; 3]) = (
-    ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."],
-    [0.6660, 0.1046, 0.1411],
-);
+const QUICKSTART: ([&str; 3], [f32; 3]) =
+    (["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."], [0.6660, 0.1046, 0.1411]);
 
 /// Three more sentences; expected values from an independent numpy implementation
 /// (scripts/reference/minilm_numpy_reference.py). (These sentences are often quoted beside

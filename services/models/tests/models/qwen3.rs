@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use models::{load_embedder, load_generator, load_reranker, LoadOptions};
+use models::{LoadOptions, load_embedder, load_generator, load_reranker};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -101,7 +101,8 @@ fn check_lm(name: &str) {
         // Qwen3-Embedding-style: last-token pooling of the final hidden state, L2-normalized.
         let e = load_embedder(&dir, exec, &LoadOptions::default()).unwrap();
         for er in &r.embeddings {
-            let text = if er.instructed { e.with_instruction(&r.instruction, &er.text).unwrap() } else { er.text.clone() };
+            let text =
+                if er.instructed { e.with_instruction(&r.instruction, &er.text).unwrap() } else { er.text.clone() };
             assert_eq!(e.count_tokens(&text).unwrap(), er.ids.len(), "{name}: embedding input length");
             let v = e.embed(&[text.as_str()]).unwrap().remove(0);
             let err = rel_err(&v, &er.embedding);

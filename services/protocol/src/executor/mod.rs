@@ -3,13 +3,13 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicU64, Ordering},
         Arc, Mutex, OnceLock, RwLock,
+        atomic::{AtomicU64, Ordering},
     },
     time::Instant,
 };
 
-use kernels::{danger, Engine, EngineInfo, Masked, MaskedView, Matrix, Precision, Weight, WeightId, WeightLayout};
+use kernels::{Engine, EngineInfo, Masked, MaskedView, Matrix, Precision, Weight, WeightId, WeightLayout, danger};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
@@ -22,9 +22,8 @@ use crate::{
     attention::{self, Causal, Head},
     error::{ProtocolError, Result},
     mask::{
-        self,
+        self, BlockMask, CostModel, Family, MaskKind,
         small::{self, Lead, SmallBlock},
-        BlockMask, CostModel, Family, MaskKind,
     },
     os_seeded_rng, shield,
     shield::ShieldConfig,
@@ -501,7 +500,17 @@ impl Executor for MaskedExecutor {
         };
         let (leads, small) = masks.iter().zip(&mask_blocks).map(|(m, &n)| small::split(m, n).unzip()).unzip();
         let widths = self.widths.lock().expect("poisoned").clone();
-        Ok(Box::new(MaskedPass { exec: self, blocks: blocks.to_vec(), mask_blocks, masks, leads, small, rng, spares, widths }))
+        Ok(Box::new(MaskedPass {
+            exec: self,
+            blocks: blocks.to_vec(),
+            mask_blocks,
+            masks,
+            leads,
+            small,
+            rng,
+            spares,
+            widths,
+        }))
     }
 
     fn scheme(&self) -> Scheme {
@@ -514,7 +523,11 @@ impl Executor for MaskedExecutor {
         if failures == 0 {
             IntegrityStatus::Clean { checked }
         } else {
-            IntegrityStatus::Compromised { checked, failures, last: self.integrity.last.lock().expect("poisoned").clone() }
+            IntegrityStatus::Compromised {
+                checked,
+                failures,
+                last: self.integrity.last.lock().expect("poisoned").clone(),
+            }
         }
     }
 }
@@ -548,9 +561,18 @@ const MAX_SPARES: usize = 256;
 
 /// The engine's products for `u` against `weights`: each of the expected shape, and, when
 /// U-Verify is on, each passing its probes (a failure poisons the executor).
-fn check_products(exec: &MaskedExecutor, u: &Masked, zs: &[MaskedView<'_>], weights: &[Arc<Provisioned>], ids: &[WeightId]) -> Result<()> {
+fn check_products(
+    exec: &MaskedExecutor,
+    u: &Masked,
+    zs: &[MaskedView<'_>],
+    weights: &[Arc<Provisioned>],
+    ids: &[WeightId],
+) -> Result<()> {
     if zs.len() != ids.len() {
-        return Err(ProtocolError::Shape { op: "linear", detail: format!("engine returned {} products for {} weights", zs.len(), ids.len()) });
+        return Err(ProtocolError::Shape {
+            op: "linear",
+            detail: format!("engine returned {} products for {} weights", zs.len(), ids.len()),
+        });
     }
     for ((z, w), id) in zs.iter().zip(weights).zip(ids) {
         if z.shape() != (u.rows(), w.dims.d_out) {
@@ -623,7 +645,8 @@ impl MaskedPass<'_> {
             u_rest = ur;
         }
         let energy = self.exec.cfg.shield.energy;
-        type Job<'j> = (((&'j BlockMask, (&'j Option<Lead>, &'j mut Option<SmallBlock>)), (&'j [f32], &'j mut [f32])), [u8; 32]);
+        type Job<'j> =
+            (((&'j BlockMask, (&'j Option<Lead>, &'j mut Option<SmallBlock>)), (&'j [f32], &'j mut [f32])), [u8; 32]);
         let work = |((((mask, (lead, small)), (hb, ub)), seed), spare): (Job<'_>, &mut shield::Spare)| {
             let mut rng = rand_chacha::ChaCha12Rng::from_seed(seed);
             match (lead, small) {
@@ -634,7 +657,14 @@ impl MaskedPass<'_> {
                 }
             }
         };
-        let jobs: Vec<_> = self.masks.iter().zip(self.leads.iter().zip(self.small.iter_mut())).zip(parts).zip(seeds).zip(self.spares.iter_mut()).collect();
+        let jobs: Vec<_> = self
+            .masks
+            .iter()
+            .zip(self.leads.iter().zip(self.small.iter_mut()))
+            .zip(parts)
+            .zip(seeds)
+            .zip(self.spares.iter_mut())
+            .collect();
         // A decode step's blocks (one row under k shield rows each) are cheaper than a fork.
         let flops: usize = orders.iter().map(|&s| 2 * s * s * d).sum();
         if jobs.len() > 1 && kernels::cpu::worth_parallel(flops) {

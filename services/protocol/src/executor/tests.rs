@@ -70,12 +70,22 @@ fn shared_decode_masks_mix_a_decode_steps_rows_under_one_block() {
 #[test]
 fn decode_passes_with_prepared_shields_match_plaintext() {
     let (d1, d2) = (24, 40);
-    let weight = |i: usize, o: usize, seed: usize| (0..i * o).map(|x| (((x * 7 + seed) % 13) as f32 - 6.0) / 10.0).collect::<Vec<f32>>();
+    let weight = |i: usize, o: usize, seed: usize| {
+        (0..i * o).map(|x| (((x * 7 + seed) % 13) as f32 - 6.0) / 10.0).collect::<Vec<f32>>()
+    };
     let plain = PlaintextExecutor::new(Arc::new(kernels::CpuEngine::new()));
     plain.provision("a".into(), Weight::f32(d1, d2, WeightLayout::InOut, weight(d1, d2, 1))).unwrap();
     plain.provision("b".into(), Weight::f32(d2, d1, WeightLayout::InOut, weight(d2, d1, 2))).unwrap();
-    for (mask, decode_masks) in [(MaskKind::Haar, DecodeMasks::PerSequence), (MaskKind::Hd3, DecodeMasks::PerSequence), (MaskKind::Haar, DecodeMasks::Shared)] {
-        let exec = MaskedExecutor::new(Arc::new(kernels::CpuEngine::new()), MaskedConfig { mask, decode_masks, ..Default::default() }).unwrap();
+    for (mask, decode_masks) in [
+        (MaskKind::Haar, DecodeMasks::PerSequence),
+        (MaskKind::Hd3, DecodeMasks::PerSequence),
+        (MaskKind::Haar, DecodeMasks::Shared),
+    ] {
+        let exec = MaskedExecutor::new(
+            Arc::new(kernels::CpuEngine::new()),
+            MaskedConfig { mask, decode_masks, ..Default::default() },
+        )
+        .unwrap();
         exec.provision("a".into(), Weight::f32(d1, d2, WeightLayout::InOut, weight(d1, d2, 1))).unwrap();
         exec.provision("b".into(), Weight::f32(d2, d1, WeightLayout::InOut, weight(d2, d1, 2))).unwrap();
         for (step, blocks) in [vec![1usize], vec![1, 1, 1], vec![1], vec![1, 1, 1]].into_iter().enumerate() {
@@ -92,7 +102,10 @@ fn decode_passes_with_prepared_shields_match_plaintext() {
                     // Both widths are known from the first pass: while `a` ran, the shield
                     // products for the next linears were prepared.
                     let small = &unsafe_downcast(&*p).small;
-                    assert!(small.iter().flatten().all(|b| b.is_ready(d1) && b.is_ready(d2)), "{mask:?} {decode_masks:?} step {step}");
+                    assert!(
+                        small.iter().flatten().all(|b| b.is_ready(d1) && b.is_ready(d2)),
+                        "{mask:?} {decode_masks:?} step {step}"
+                    );
                 }
                 let z = p.linear(&want, &"b".into()).unwrap();
                 let want = q.linear(&want, &"b".into()).unwrap();

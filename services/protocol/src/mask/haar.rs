@@ -21,9 +21,7 @@ pub fn sample(s: usize, rng: &mut impl Rng) -> Matrix {
 pub(crate) fn householder_q(s: usize, rng: &mut impl Rng, sign_fix: bool) -> Matrix {
     // Columns are stored contiguously (`cols[j]` is column j), so every Householder update
     // is a dot product and an axpy over contiguous memory.
-    let mut cols: Vec<Vec<f64>> = (0..s)
-        .map(|_| (0..s).map(|_| StandardNormal.sample(rng)).collect())
-        .collect();
+    let mut cols: Vec<Vec<f64>> = (0..s).map(|_| (0..s).map(|_| StandardNormal.sample(rng)).collect()).collect();
     let mut vs: Vec<Vec<f64>> = Vec::with_capacity(s);
     let mut signs = vec![1.0f64; s];
     // The QR is ~(4/3)s³ flops: at decode's s = 9 a fork per reflector costs far more.

@@ -12,7 +12,7 @@
 //! Walsh–Hadamard transforms, `O(s·log s)` per column, on column tiles small enough that
 //! the whole cascade stays in L1/L2, tiles in parallel.
 
-use rand::{seq::SliceRandom, Rng, RngExt};
+use rand::{Rng, RngExt, seq::SliceRandom};
 use rayon::prelude::*;
 use zeroize::Zeroize;
 

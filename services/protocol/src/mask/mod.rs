@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use kernels::{
-    cpu::{sgemm, sgemm_acc},
     Matrix,
+    cpu::{sgemm, sgemm_acc},
 };
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
@@ -128,7 +128,10 @@ impl BlockMask {
                 sgemm(s, d, n, a, (s, 1), h, (d, 1), out);
                 if k > 0 {
                     // (A[:, n..]·diag(f)) is s×k, row-major.
-                    let mut scaled: Vec<f32> = (0..s).flat_map(|i| (0..k).map(move |j| (i, j))).map(|(i, j)| a[i * s + n + j] * factors[j]).collect();
+                    let mut scaled: Vec<f32> = (0..s)
+                        .flat_map(|i| (0..k).map(move |j| (i, j)))
+                        .map(|(i, j)| a[i * s + n + j] * factors[j])
+                        .collect();
                     sgemm_acc(s, d, k, &scaled, (k, 1), g, (d, 1), out);
                     zeroize::Zeroize::zeroize(&mut scaled);
                 }
@@ -254,14 +257,7 @@ impl CostModel {
     }
 
     /// The cheapest family for this shape.
-    pub fn choose(
-        &self,
-        n: usize,
-        k: usize,
-        dims: (usize, usize),
-        linears: usize,
-        engine_flops: f64,
-    ) -> Family {
+    pub fn choose(&self, n: usize, k: usize, dims: (usize, usize), linears: usize, engine_flops: f64) -> Family {
         Family::ALL
             .into_iter()
             .map(|f| (f, self.cost(f, n, k, dims, linears, engine_flops)))

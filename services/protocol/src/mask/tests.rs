@@ -1,4 +1,4 @@
-use kernels::{cpu::matmul_tn, Matrix};
+use kernels::{Matrix, cpu::matmul_tn};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
@@ -96,10 +96,13 @@ fn haar_sampler_is_haar_and_the_unfixed_qr_is_not() {
     // Eigenvalue phases of a Haar rotation spread over (0, π); test symmetry of the trace:
     // E[tr A] = 0 for Haar O(s), but the unfixed Q is biased.
     let tr = |fix: bool, rng: &mut ChaCha20Rng| {
-        (0..2000).map(|_| {
-            let a = haar::householder_q(s, rng, fix);
-            (0..s).map(|i| a.get(i, i) as f64).sum::<f64>()
-        }).sum::<f64>() / 2000.0
+        (0..2000)
+            .map(|_| {
+                let a = haar::householder_q(s, rng, fix);
+                (0..s).map(|i| a.get(i, i) as f64).sum::<f64>()
+            })
+            .sum::<f64>()
+            / 2000.0
     };
     // Var(tr A) = 1 for Haar O(s), s ≥ 2.
     let t_fixed = tr(true, &mut rng);
@@ -135,7 +138,9 @@ fn cost_model_prefers_hd3_for_long_blocks_and_haar_for_decode() {
 #[test]
 fn scaled_application_equals_applying_prescaled_rows() {
     let mut rng = ChaCha20Rng::seed_from_u64(21);
-    for (family, n, k, d) in [(Family::Haar, 1, 8, 37), (Family::Haar, 5, 3, 64), (Family::Hd3, 1, 8, 37), (Family::Hd3Blocked, 3, 9, 16)] {
+    for (family, n, k, d) in
+        [(Family::Haar, 1, 8, 37), (Family::Haar, 5, 3, 64), (Family::Hd3, 1, 8, 37), (Family::Hd3Blocked, 3, 9, 16)]
+    {
         let s = order(family, n, k);
         let mask = BlockMask::sample(family, s, &mut rng);
         let h: Vec<f32> = (0..n * d).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
@@ -157,13 +162,20 @@ fn scaled_application_equals_applying_prescaled_rows() {
 #[test]
 fn small_blocks_mask_with_prepared_shields_and_recover_exactly() {
     let mut rng = ChaCha20Rng::seed_from_u64(22);
-    for (family, n, k, d) in [(Family::Haar, 1, 8, 37), (Family::Hd3, 1, 8, 64), (Family::Haar, 3, 8, 20), (Family::Hd3Blocked, 8, 8, 33), (Family::Haar, 13, 3, 16)] {
+    for (family, n, k, d) in [
+        (Family::Haar, 1, 8, 37),
+        (Family::Hd3, 1, 8, 64),
+        (Family::Haar, 3, 8, 20),
+        (Family::Hd3Blocked, 8, 8, 33),
+        (Family::Haar, 13, 3, 16),
+    ] {
         let s = order(family, n, k);
         let mask = BlockMask::sample(family, s, &mut rng);
         let a = mask.dense();
         let (lead, mut small) = small::split(&mask, n).expect("small");
         let h: Vec<f32> = (0..n * d).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
-        let mean_norm = h.chunks(d).map(|r| r.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt()).sum::<f64>() / n as f64;
+        let mean_norm =
+            h.chunks(d).map(|r| r.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt()).sum::<f64>() / n as f64;
         let mut shields: Vec<Vec<f32>> = Vec::new();
         for prepared in [true, false, true] {
             if prepared {
@@ -176,13 +188,19 @@ fn small_blocks_mask_with_prepared_shields_and_recover_exactly() {
             // X = Aᵀ·U.
             let x = kernels::cpu::matmul_tn(&a, &Matrix::from_vec(s, d, u.clone()).unwrap());
             let top = x.slice_rows(0, n);
-            assert!(top.rel_err(&Matrix::from_vec(n, d, h.clone()).unwrap()) < 1e-5, "{family:?} n {n}: activation rows");
+            assert!(
+                top.rel_err(&Matrix::from_vec(n, d, h.clone()).unwrap()) < 1e-5,
+                "{family:?} n {n}: activation rows"
+            );
             for r in n..s {
                 let norm = x.row(r).iter().map(|v| (v * v) as f64).sum::<f64>().sqrt();
                 assert!((norm / (4.0 * mean_norm) - 1.0).abs() < 1e-4, "{family:?} n {n}: shield row norm {norm}");
             }
             let rows = x.slice_rows(n, s).as_slice().to_vec();
-            assert!(shields.iter().all(|old| old.iter().zip(&rows).any(|(p, q)| (p - q).abs() > 1e-3)), "fresh shield rows every linear");
+            assert!(
+                shields.iter().all(|old| old.iter().zip(&rows).any(|(p, q)| (p - q).abs() > 1e-3)),
+                "fresh shield rows every linear"
+            );
             shields.push(rows);
             let mut back = vec![0.0f32; n * d];
             lead.recover(&u, d, &mut back);

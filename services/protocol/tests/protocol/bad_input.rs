@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use kernels::{CpuEngine, Matrix, Weight, WeightId, WeightLayout};
-use protocol::{attention::Head, Executor, MaskKind, MaskedConfig, MaskedExecutor, ProtocolError, ShieldConfig, UVerifyConfig};
+use protocol::{
+    Executor, MaskKind, MaskedConfig, MaskedExecutor, ProtocolError, ShieldConfig, UVerifyConfig, attention::Head,
+};
 
 use crate::support::*;
 

@@ -12,8 +12,6 @@ use protocol::mask::{self, BlockMask, Family};
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-
-
 /// Symmetric eigendecomposition by cyclic Jacobi: returns (eigenvalues, eigenvectors as
 /// columns of a row-major matrix).
 fn eigh(a: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
@@ -21,7 +19,10 @@ fn eigh(a: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
     let mut v = vec![0.0; n * n];
     (0..n).for_each(|i| v[i * n + i] = 1.0);
     for _sweep in 0..100 {
-        let off: f64 = (0..n).flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j))).map(|(i, j)| a[i * n + j].powi(2)).sum();
+        let off: f64 = (0..n)
+            .flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j)))
+            .map(|(i, j)| a[i * n + j].powi(2))
+            .sum();
         if off < 1e-22 {
             break;
         }
@@ -304,7 +305,8 @@ fn fast_ica_against_masked_operands() {
 
     // Chance level: |cos| of the best matching of unrelated Laplace signals.
     let noise = sources(n, d, &mut r);
-    let chance = aligned_cosine(&(0..n).map(|i| noise.row(i).iter().map(|&v| v as f64).collect()).collect::<Vec<_>>(), &hs[0]);
+    let chance =
+        aligned_cosine(&(0..n).map(|i| noise.row(i).iter().map(|&v| v as f64).collect()).collect::<Vec<_>>(), &hs[0]);
 
     eprintln!(
         "FastICA mean aligned |cos| (n={n}, d={d}): control {control:.3}, mask no shield {no_shield:.3}, \

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kernels::{capture::CapturingEngine, cpu::matmul_tn, CpuEngine, Engine, Matrix};
+use kernels::{CpuEngine, Engine, Matrix, capture::CapturingEngine, cpu::matmul_tn};
 use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, ShieldConfig};
 
 use crate::support::*;

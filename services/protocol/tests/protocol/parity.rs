@@ -2,7 +2,7 @@
 
 use kernels::Matrix;
 use proptest::prelude::*;
-use protocol::{attention::Head, Executor, MaskKind, ShieldConfig};
+use protocol::{Executor, MaskKind, ShieldConfig, attention::Head};
 
 use crate::support::*;
 

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use kernels::{Engine, Matrix, WeightId};
-use protocol::{Executor, IntegrityStatus, MaskKind, MaskedConfig, MaskedExecutor, ProtocolError, ShieldConfig, UVerifyConfig};
+use protocol::{
+    Executor, IntegrityStatus, MaskKind, MaskedConfig, MaskedExecutor, ProtocolError, ShieldConfig, UVerifyConfig,
+};
 use rand::RngExt;
 
 use crate::support::*;
@@ -73,7 +75,8 @@ fn misses(trials: usize, tamper: impl Fn(&mut rand_chacha::ChaCha8Rng) -> Tamper
 #[test]
 fn a_single_wrong_element_is_always_caught() {
     let cfg = UVerifyConfig { probes: 2, range: 3 };
-    let missed = misses(2_000, |r| Tamper::Element { row: r.random_range(0..11), col: r.random_range(0..12), delta: 5.0 }, cfg);
+    let missed =
+        misses(2_000, |r| Tamper::Element { row: r.random_range(0..11), col: r.random_range(0..12), delta: 5.0 }, cfg);
     // Probe entries are never 0, so E·r = δ·r_col ≠ 0 for every probe.
     assert_eq!(missed, 0);
 }

@@ -5,8 +5,8 @@
 use std::{
     path::PathBuf,
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
 
@@ -33,7 +33,15 @@ impl Corrupting {
     /// The engine and its switch (off at first).
     pub fn new(every: usize) -> (Self, Arc<AtomicBool>) {
         let armed = Arc::new(AtomicBool::new(false));
-        (Corrupting { inner: CpuEngine::new(), armed: armed.clone(), every: every.max(1), products: AtomicUsize::new(0) }, armed)
+        (
+            Corrupting {
+                inner: CpuEngine::new(),
+                armed: armed.clone(),
+                every: every.max(1),
+                products: AtomicUsize::new(0),
+            },
+            armed,
+        )
     }
 }
 

@@ -53,9 +53,7 @@ fn check_cover(text: &str, offsets: &[Range<usize>], chunks: &[TextChunk<'_>]) {
         assert_eq!(c.text, &text[c.bytes.clone()]);
         assert!(!c.tokens.is_empty());
         // Exactly the claimed tokens start inside the chunk.
-        let inside: Vec<usize> = (0..offsets.len())
-            .filter(|&t| c.bytes.contains(&offsets[t].start))
-            .collect();
+        let inside: Vec<usize> = (0..offsets.len()).filter(|&t| c.bytes.contains(&offsets[t].start)).collect();
         assert_eq!(inside, c.tokens.clone().collect::<Vec<_>>(), "chunk {i}");
         if i > 0 {
             let p = &chunks[i - 1];
@@ -72,15 +70,8 @@ fn check_cover(text: &str, offsets: &[Range<usize>], chunks: &[TextChunk<'_>]) {
 
 fn text_strategy() -> impl Strategy<Value = String> {
     // Words, runs of mixed whitespace, multi-byte characters.
-    prop::collection::vec(
-        prop_oneof![
-            "[a-z]{1,8}",
-            "[ \t\n]{1,3}",
-            "[äöüß€日本語]{1,3}",
-        ],
-        0..120,
-    )
-    .prop_map(|parts| parts.concat())
+    prop::collection::vec(prop_oneof!["[a-z]{1,8}", "[ \t\n]{1,3}", "[äöüß€日本語]{1,3}",], 0..120)
+        .prop_map(|parts| parts.concat())
 }
 
 proptest! {

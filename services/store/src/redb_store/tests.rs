@@ -15,7 +15,10 @@ fn doc(id: &str, chunks: usize, salt: f32) -> Document {
         title: format!("title of {id}"),
         metadata: [("source".to_string(), format!("{id}.txt"))].into(),
         chunks: (0..chunks)
-            .map(|c| Chunk { text: format!("{id} chunk {c}"), embedding: vec![1.0 + salt, c as f32, 0.5, -(c as f32) - salt] })
+            .map(|c| Chunk {
+                text: format!("{id} chunk {c}"),
+                embedding: vec![1.0 + salt, c as f32, 0.5, -(c as f32) - salt],
+            })
             .collect(),
     }
 }
@@ -255,7 +258,8 @@ fn a_flipped_byte_in_a_record_fails_the_open() {
             t.get(4).unwrap().unwrap().value().to_vec()
         };
         let mut bytes = std::fs::read(&path).unwrap();
-        let at = bytes.windows(sealed.len()).position(|w| w == sealed.as_slice()).expect("sealed record is in the file");
+        let at =
+            bytes.windows(sealed.len()).position(|w| w == sealed.as_slice()).expect("sealed record is in the file");
         bytes[at + sealed.len() / 2] ^= 0x10;
         std::fs::write(&path, &bytes).unwrap();
         match EncryptedRedbStore::open(&path, &key(), DIM) {
