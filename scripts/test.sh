@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-models.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gelo/target}"
+# Formatting (rustfmt.toml) and lints, first: they fail in seconds where the tests take minutes.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else

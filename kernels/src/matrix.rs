@@ -62,7 +62,7 @@ impl Matrix {
 
     /// Appends rows (a multiple of `cols` elements) at the bottom.
     pub fn push_rows(&mut self, rows: &[f32]) {
-        assert!(self.cols > 0 && rows.len() % self.cols == 0, "push_rows: partial row");
+        assert!(self.cols > 0 && rows.len().is_multiple_of(self.cols), "push_rows: partial row");
         self.data.extend_from_slice(rows);
         self.rows += rows.len() / self.cols;
     }

@@ -38,15 +38,15 @@ impl BufferPool {
     /// smallest that fits). Its contents are unspecified: overwrite every element before
     /// reading any.
     pub fn take(&self, len: usize) -> Vec<f32> {
-        if len >= MIN_ELEMS {
-            if let Some(mut v) = self.best_fit(len) {
-                if v.len() >= len {
-                    v.truncate(len);
-                } else {
-                    v.resize(len, 0.0);
-                }
-                return v;
+        if len >= MIN_ELEMS
+            && let Some(mut v) = self.best_fit(len)
+        {
+            if v.len() >= len {
+                v.truncate(len);
+            } else {
+                v.resize(len, 0.0);
             }
+            return v;
         }
         vec![0.0; len]
     }
@@ -54,11 +54,11 @@ impl BufferPool {
     /// An empty buffer with room for `len` elements (recycled when one large enough is
     /// pooled), for callers that append their data: nothing is zeroed first.
     pub fn take_empty(&self, len: usize) -> Vec<f32> {
-        if len >= MIN_ELEMS {
-            if let Some(mut v) = self.best_fit(len) {
-                v.clear();
-                return v;
-            }
+        if len >= MIN_ELEMS
+            && let Some(mut v) = self.best_fit(len)
+        {
+            v.clear();
+            return v;
         }
         Vec::with_capacity(len)
     }

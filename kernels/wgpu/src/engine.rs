@@ -151,7 +151,7 @@ impl Plan {
 /// to be worth a workgroup.
 fn splits_evenly(k: usize, s: u32) -> bool {
     let s = s as usize;
-    s == 1 || (k % s == 0 && (k / s) % 2 == 0 && k / s >= 64)
+    s == 1 || (k.is_multiple_of(s) && (k / s).is_multiple_of(2) && k / s >= 64)
 }
 
 /// The Vulkan engine. Cheap to share: every method takes `&self` and is safe from many
@@ -395,10 +395,10 @@ impl WgpuEngine {
     /// Forces one plan for every GEMM (benchmarks, tests), or returns to automatic choice.
     /// A split plan applies to products by registered weights; dynamic ones run unsplit.
     pub fn pin(&self, plan: Option<Plan>) -> Result<(), EngineError> {
-        if let Some(p) = plan {
-            if !self.tiles.contains(&p.tile) || !(1..=64).contains(&p.splits) {
-                return Err(EngineError::Backend(format!("plan {} is not available on this device", p.name())));
-            }
+        if let Some(p) = plan
+            && (!self.tiles.contains(&p.tile) || !(1..=64).contains(&p.splits))
+        {
+            return Err(EngineError::Backend(format!("plan {} is not available on this device", p.name())));
         }
         *self.pinned.write().expect("plan lock poisoned") = plan;
         Ok(())
@@ -1219,14 +1219,13 @@ impl Engine for WgpuEngine {
         let mut packed = vec![0u8; bytes.next_multiple_of(16) as usize];
         weights::pack_into(&weight, storage, &mut packed[..bytes as usize]);
         let buffer = self.gpu.scoped("register", || {
-            let buffer = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(id.as_str()),
                 // Whole 16-byte words: kernels may view a weight as `vec4`s.
                 size: bytes.next_multiple_of(16),
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: true,
-            });
-            buffer
+            })
         })?;
         {
             let mut view =
@@ -1287,7 +1286,10 @@ impl Engine for WgpuEngine {
     ) -> Result<(), EngineError> {
         match self.products_job(x, ids)? {
             Some(job) => self.execute_with(job, false, read),
-            None => Ok(read(&[])),
+            None => {
+                read(&[]);
+                Ok(())
+            }
         }
     }
 

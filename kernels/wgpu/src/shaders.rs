@@ -114,23 +114,23 @@ impl Tile {
                 && self.bm <= 16
                 && (1..=4).contains(&self.tm)
                 && self.tn > 0
-                && self.bn % self.tn == 0
+                && self.bn.is_multiple_of(self.tn)
                 && t >= 32;
         }
         if self.coop {
             return [self.bm, self.bn, self.bk].iter().all(|&v| v % 16 == 0 && v > 0)
                 && self.tm > 0
                 && self.tn > 0
-                && self.bm % (16 * self.tm) == 0
-                && self.bn % (16 * self.tn) == 0
-                && (self.bm * self.bk) % t == 0
+                && self.bm.is_multiple_of(16 * self.tm)
+                && self.bn.is_multiple_of(16 * self.tn)
+                && (self.bm * self.bk).is_multiple_of(t)
                 && t <= 1024;
         }
         [self.tm, self.tn].iter().all(|&v| v == 4 || v == 8)
-            && self.bm % self.tm == 0
-            && self.bn % self.tn == 0
-            && (self.bm * self.bk) % t == 0
-            && (self.bn * self.bk) % t == 0
+            && self.bm.is_multiple_of(self.tm)
+            && self.bn.is_multiple_of(self.tn)
+            && (self.bm * self.bk).is_multiple_of(t)
+            && (self.bn * self.bk).is_multiple_of(t)
             && t >= 16
     }
 

@@ -271,8 +271,8 @@ fn split_k_plans_sum_their_slices() {
         let x = random(rows, 512, 12);
         let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
         // The smallest FMA tile and the few-row tile of the most rows.
-        let fma = *gpu.tiles().iter().filter(|t| !t.coop && !t.skinny).last().unwrap();
-        let skinny = *gpu.tiles().iter().filter(|t| t.skinny).last().unwrap();
+        let fma = *gpu.tiles().iter().rfind(|t| !t.coop && !t.skinny).unwrap();
+        let skinny = *gpu.tiles().iter().rfind(|t| t.skinny).unwrap();
         for (tile, splits) in [fma, skinny].into_iter().flat_map(|t| [2, 4, 8].map(|s| (t, s))) {
             gpu.pin(Some(Plan { tile, splits })).unwrap();
             // Two products in one call: their scratch regions must not overlap.

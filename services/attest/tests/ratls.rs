@@ -266,7 +266,7 @@ enum Answer {
     /// Fresh evidence for its own key, bound to the nonce asked.
     Honest(AttestationService),
     /// The same evidence whatever the nonce (a replay of what it once issued).
-    Stale(attest::Evidence),
+    Stale(Box<attest::Evidence>),
 }
 
 /// `Attestation` that records every nonce it is asked to answer.
@@ -286,7 +286,7 @@ impl Attestation for Recording {
         match &self.answer {
             Answer::Honest(inner) => inner.get_evidence(request).await,
             Answer::Stale(evidence) => {
-                Ok(Response::new(GetEvidenceResponse { evidence: Some(evidence.clone().into()) }))
+                Ok(Response::new(GetEvidenceResponse { evidence: Some((**evidence).clone().into()) }))
             }
         }
     }
@@ -369,7 +369,7 @@ async fn a_peer_restarted_with_a_new_key_gets_no_request_until_reattested() {
 
     // Restarted: a new key, a valid startup certificate, and stale evidence on demand.
     let second = identity("embedder");
-    let server = Restartable::start(addr, &second, Answer::Stale(first.evidence().clone())).await;
+    let server = Restartable::start(addr, &second, Answer::Stale(Box::new(first.evidence().clone()))).await;
     for _ in 0..3 {
         assert!(request(&channel, &[0x22; 48]).await.is_err(), "the old channel must not reach a new key");
     }
@@ -408,7 +408,7 @@ async fn a_reconnect_is_challenged_before_any_request_crosses() {
 
     // Same key (its certificate replayed), but no fresh evidence: the reconnect's challenge
     // fails and the request never crosses.
-    let server = Restartable::start(addr, &id, Answer::Stale(id.evidence().clone())).await;
+    let server = Restartable::start(addr, &id, Answer::Stale(Box::new(id.evidence().clone()))).await;
     assert!(request(&channel, &[0x44; 48]).await.is_err());
     assert!(!server.saw(&[0x44; 48]), "the request crossed an unchallenged reconnect");
     assert_eq!(server.calls(), 1, "exactly the reconnect's challenge");

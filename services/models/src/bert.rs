@@ -86,7 +86,7 @@ impl Bert {
         if cfg.hidden_act != "gelu" {
             return Err(ModelError::Config(format!("hidden_act `{}` is not supported (gelu)", cfg.hidden_act)));
         }
-        if cfg.hidden_size % cfg.num_attention_heads != 0 {
+        if !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
             return Err(ModelError::Config("hidden_size is not a multiple of num_attention_heads".into()));
         }
         let p = if t.has("bert.embeddings.word_embeddings.weight") { "bert." } else { "" };
@@ -182,8 +182,8 @@ impl Bert {
             for (t, (&id, &ty)) in s.ids.iter().zip(s.types.iter().chain(std::iter::repeat(&0))).enumerate() {
                 let row = x.row_mut(r);
                 let (w, p, ty) = (id as usize * d, t * d, ty as usize * d);
-                for j in 0..d {
-                    row[j] = self.word[w + j] + self.position[p + j] + self.token_type[ty + j];
+                for (j, v) in row[..d].iter_mut().enumerate() {
+                    *v = self.word[w + j] + self.position[p + j] + self.token_type[ty + j];
                 }
                 r += 1;
             }

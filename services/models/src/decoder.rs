@@ -112,10 +112,10 @@ impl DecoderConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        if self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0 {
+        if self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(ModelError::Config("num_attention_heads must be a multiple of num_key_value_heads".into()));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(ModelError::Config("head_dim must be even for RoPE".into()));
         }
         Ok(())

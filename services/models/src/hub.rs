@@ -57,12 +57,12 @@ pub fn fetch(repo: &str, revision: &str, out: &Path, expected: Option<&ModelIden
         names.push(s.rfilename.clone());
     }
     let manifest = Manifest::hash_files(&staging, &names)?;
-    if let Some(e) = expected {
-        if let Err(err) = manifest.check(e) {
-            let _ = std::fs::remove_dir_all(&staging);
-            let _ = std::fs::remove_dir_all(&cache);
-            return Err(err);
-        }
+    if let Some(e) = expected
+        && let Err(err) = manifest.check(e)
+    {
+        let _ = std::fs::remove_dir_all(&staging);
+        let _ = std::fs::remove_dir_all(&cache);
+        return Err(err);
     }
     // Publish: move files from staging into `out`.
     for name in &names {

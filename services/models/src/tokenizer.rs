@@ -100,10 +100,10 @@ impl TextTokenizer {
         let mut eos: Vec<u32> = t.eos_token_id.into_iter().collect();
         // Chat models end turns with these even when the file names another EOS.
         for extra in ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"] {
-            if let Some(id) = t.tokenizer.token_to_id(extra) {
-                if !eos.contains(&id) {
-                    eos.push(id);
-                }
+            if let Some(id) = t.tokenizer.token_to_id(extra)
+                && !eos.contains(&id)
+            {
+                eos.push(id);
             }
         }
         Self::new(t.tokenizer, t.bos_token_id, eos, t.chat_template)

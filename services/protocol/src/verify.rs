@@ -141,14 +141,9 @@ impl Probes {
                 let lhs = dot(zr, &self.r[j * self.d_out..(j + 1) * self.d_out]);
                 let rhs = dot(ur, &self.wr[j * self.d_in..(j + 1) * self.d_in]);
                 let residual = (lhs - rhs).abs();
-                // `!(x <= t)` also rejects a NaN residual.
-                (!(residual <= tolerance)).then(|| IntegrityViolation {
-                    weight: weight.to_string(),
-                    row,
-                    probe: j,
-                    residual,
-                    tolerance,
-                })
+                // Not `residual > tolerance`: a NaN residual is not within it either.
+                let within = residual <= tolerance;
+                (!within).then(|| IntegrityViolation { weight: weight.to_string(), row, probe: j, residual, tolerance })
             })
         };
         let work = u.rows() * (self.d_in + self.d_out) * (self.k + 1);

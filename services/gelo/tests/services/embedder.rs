@@ -58,7 +58,7 @@ async fn embedder_process_matches_in_process_and_serves_64_concurrent_clients() 
     }
     // Requests were batched: fewer forward passes than requests.
     let passes = p.metric("gelo_batch_items_count", "embedder").await;
-    assert!(passes >= 1.0 && passes < 65.0, "batches: {passes}");
+    assert!((1.0..65.0).contains(&passes), "batches: {passes}");
     // The default protection (sealed) computes in the TEE: the service's engine did no work.
     assert_eq!(p.metric("gelo_engine_seconds_total", "").await, 0.0, "the sealed default used the engine");
     assert!(p.metric("gelo_tee_seconds_total", "").await > 0.0);

@@ -362,10 +362,10 @@ impl MaskedExecutor {
         if cfg.mask == MaskKind::Hd3 && cfg.shield.rows == 0 && cfg.shield.energy != 0.0 {
             return Err(ProtocolError::Config("shield energy without shield rows".into()));
         }
-        if let Some(v) = cfg.verify {
-            if v.probes == 0 || v.range < 1 {
-                return Err(ProtocolError::Config("U-Verify needs at least one probe and L ≥ 1".into()));
-            }
+        if let Some(v) = cfg.verify
+            && (v.probes == 0 || v.range < 1)
+        {
+            return Err(ProtocolError::Config("U-Verify needs at least one probe and L ≥ 1".into()));
         }
         if !(cfg.shield.energy.is_finite() && cfg.shield.energy >= 0.0) {
             return Err(ProtocolError::Config("shield energy must be finite and non-negative".into()));

@@ -103,7 +103,7 @@ impl BlockMask {
             // U = A[:, ..n]·H + A[:, n..]·S.
             BlockMask::Haar(a) => {
                 sgemm(s, d, n, a.as_slice(), (s, 1), h, (d, 1), out);
-                if shield.len() > 0 {
+                if !shield.is_empty() {
                     sgemm_acc(s, d, s - n, &a.as_slice()[n..], (s, 1), shield, (d, 1), out);
                 }
             }

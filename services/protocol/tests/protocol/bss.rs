@@ -60,6 +60,7 @@ fn eigh(a: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
 
 /// Symmetric FastICA (logcosh contrast) on the rows of `x` (signals × samples).
 /// Returns the estimated sources, one per row.
+#[allow(clippy::needless_range_loop)] // index math over (r × t) arrays reads as the formula
 fn fast_ica(x: &Matrix, rng: &mut impl Rng) -> Vec<Vec<f64>> {
     let (m, t) = (x.rows(), x.cols());
     // 1. Center and whiten.
@@ -158,6 +159,7 @@ fn abs_cos(a: &[f64], b: &[f32]) -> f64 {
 
 /// Maximum-weight matching of true rows to components (Hungarian on the cost 1 − |cos|);
 /// returns the mean |cos| of the matched pairs.
+#[allow(clippy::needless_range_loop)] // the cost matrix is indexed as in the assignment problem
 fn aligned_cosine(sources: &[Vec<f64>], truth: &Matrix) -> f64 {
     let (n, m) = (truth.rows(), sources.len());
     let size = n.max(m);
