@@ -393,7 +393,8 @@ def main():
     ap.add_argument("--models", default=None, help="comma-separated: minilm,smollm2,qwen")
     ap.add_argument("--cache", default=str(cache / "attack"))
     ap.add_argument("--models-dir", default=None)
-    ap.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data" / "scifact"))
+    ap.add_argument("--data", default=str(corpus.DEFAULT_DATA),
+                    help="prompt text: attack/data/scifact-prompts.json (default) or a BEIR SciFact folder")
     ap.add_argument("--binary", default=None, help="prebuilt gelo-attack (default: cargo build)")
     ap.add_argument("--skip-capture", action="store_true", help="attack an existing capture")
     ap.add_argument("--json", default=None, help="report JSON (default: <run>/report.json)")

@@ -5,9 +5,12 @@
 //!
 //! CI runs a deterministic subset — every judged document plus the first
 //! `GELO_E2E_SCIFACT_OTHERS` (default 100) others, with all 300 test queries — because
-//! embedding 5,183 abstracts twice takes many minutes on two cores. `GELO_E2E_SCIFACT_FULL=1`
-//! runs the whole corpus; `gelo rag eval` is the same measurement as a command
-//! (docs/BENCHMARKS.md).
+//! embedding 5,183 abstracts twice takes many minutes on two cores. That subset is in the
+//! repository, `e2e/data/scifact` (379 documents; README there: source, CC BY-NC 2.0 license,
+//! and `scripts/scifact_subset.py`, which cuts it from the full BEIR folder), and is read by
+//! default. `GELO_SCIFACT=DIR` reads another BEIR SciFact folder instead: the full one is
+//! needed for `GELO_E2E_SCIFACT_FULL=1` (the whole corpus) and for `GELO_E2E_SCIFACT_OTHERS`
+//! above 100. `gelo rag eval` is the same measurement as a command (docs/BENCHMARKS.md).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -24,11 +27,16 @@ use protocol::{MaskedConfig, MaskedExecutor};
 
 use crate::stack::*;
 
+/// The BEIR SciFact folder: `GELO_SCIFACT`, else the subset in the repository.
 fn scifact() -> PathBuf {
     let dir = std::env::var_os("GELO_SCIFACT")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/scifact"));
-    assert!(dir.join("corpus.jsonl").exists(), "SciFact is missing at {} (set GELO_SCIFACT)", dir.display());
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/data/scifact"));
+    assert!(
+        dir.join("corpus.jsonl").exists(),
+        "SciFact is missing at {} (the subset is e2e/data/scifact; set GELO_SCIFACT to a BEIR SciFact folder)",
+        dir.display()
+    );
     dir
 }
 
@@ -39,6 +47,19 @@ async fn scifact_search_through_the_gateway_ranks_like_the_embedders_own_evaluat
     let full = std::env::var("GELO_E2E_SCIFACT_FULL").is_ok_and(|v| v == "1");
     let others: usize = std::env::var("GELO_E2E_SCIFACT_OTHERS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
     let judged: HashSet<String> = data.qrels.values().flat_map(|m| m.keys().cloned()).collect();
+    assert!(
+        !full || data.corpus.len() >= 5_000,
+        "GELO_E2E_SCIFACT_FULL=1 needs the whole SciFact corpus (5,183 documents), but {} holds {}: \
+         set GELO_SCIFACT to a full BEIR SciFact folder",
+        dir.display(),
+        data.corpus.len()
+    );
+    assert!(
+        others <= 100 || data.corpus.len() >= 5_000,
+        "GELO_E2E_SCIFACT_OTHERS={others} needs more of the corpus than the subset in {} holds: \
+         set GELO_SCIFACT to a full BEIR SciFact folder",
+        dir.display()
+    );
 
     // The corpus with title and text apart (the gateway joins them as BEIR does).
     let mut corpus: Vec<(String, String, String)> = Vec::new();

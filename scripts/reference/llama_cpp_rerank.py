@@ -10,7 +10,7 @@ without the empty `<think>` block (Qwen3's; Qwen2.5 has none), and with `yes`/`Y
 `no`/`No` pooled. The random documents are drawn by Python's `random` (seed 7), not by the
 Rust command's generator, so the two pick different negatives.
 
-    python scripts/reference/llama_cpp_rerank.py --data ../shared/data/scifact --model FILE.gguf
+    python scripts/reference/llama_cpp_rerank.py --data PATH/TO/BEIR/scifact --model FILE.gguf
 
 Needs llama-cpp-python (scripts/reference/requirements.txt).
 """
