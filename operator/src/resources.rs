@@ -259,6 +259,57 @@ pub fn deployment(
     let c = view.component;
     let names = owner.names();
     let model_dir = format!("{MODELS_ROOT}/{c}");
+    let args = container_args(view, pin, &model_dir, &names);
+    let (env, mounts, volumes) = env_and_volumes(c, pin, valid, model_dir, &names);
+    let container = container(view, image, pull, args, env, mounts);
+
+    let is_gateway = c == Component::Gateway;
+    Deployment {
+        metadata: owner.meta(names.workload(c), Some(c)),
+        spec: DeploymentSpec {
+            replicas: Some(view.replicas),
+            selector: LabelSelector { match_labels: Some(selector_labels(&owner.name, c)), ..Default::default() },
+            // Surge, never dip: a new pod must be ready (and then verified) before an old,
+            // verified one goes.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(&owner.name, Some(c))),
+                    annotations: Some({
+                        let mut a = pin_annotations(pin);
+                        if let (Component::Gateway, Some(digest)) = (c, backend_policy) {
+                            a.insert(BACKEND_POLICY_ANNOTATION.to_string(), digest.to_string());
+                        }
+                        a
+                    }),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    runtime_class_name: view.runtime_class_name.map(str::to_string),
+                    // Only the gateway talks to the API server (to watch its routing table).
+                    service_account_name: is_gateway.then(|| names.gateway_account()),
+                    automount_service_account_token: Some(is_gateway),
+                    security_context: Some(pod_security()),
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The `gelo` command line of a component's container.
+fn container_args(view: ComponentView<'_>, pin: &ModelPin, model_dir: &str, names: &Names<'_>) -> Vec<String> {
+    let c = view.component;
     let mut args = vec![
         c.as_str().to_string(),
         "--listen".into(),
@@ -266,7 +317,7 @@ pub fn deployment(
         "--metrics-listen".into(),
         format!("0.0.0.0:{METRICS_PORT}"),
         "--model".into(),
-        model_dir.clone(),
+        model_dir.to_string(),
         "--expect-identity".into(),
         pin.identity_hex(),
     ];
@@ -283,6 +334,18 @@ pub fn deployment(
         args.extend(["--routes-configmap".into(), names.routes()]);
     }
 
+    args
+}
+
+/// The container's environment, its volume mounts and the pod's volumes: scratch space, the
+/// model (the operator's PVC or the user's volume) and, with the mock issuer, its PKI.
+fn env_and_volumes(
+    c: Component,
+    pin: &ModelPin,
+    valid: &ValidSpec,
+    model_dir: String,
+    names: &Names<'_>,
+) -> (Vec<EnvVar>, Vec<VolumeMount>, Vec<Volume>) {
     let mut env = vec![
         env("GELO_ATTEST_ISSUER", if valid.uses_mock_root().is_some() { "mock" } else { "hardware" }),
         env_field("POD_NAME", "metadata.name"),
@@ -333,7 +396,19 @@ pub fn deployment(
         });
     }
 
-    let container = Container {
+    (env, mounts, volumes)
+}
+
+/// The `gelo` container: image, command line, ports, readiness probe, resources, mounts.
+fn container(
+    view: ComponentView<'_>,
+    image: &str,
+    pull: Option<&str>,
+    args: Vec<String>,
+    env: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+) -> Container {
+    Container {
         name: "gelo".into(),
         image: Some(image.to_string()),
         image_pull_policy: pull.map(str::to_string),
@@ -363,49 +438,6 @@ pub fn deployment(
         resources: resources(view),
         volume_mounts: Some(mounts),
         security_context: Some(container_security()),
-        ..Default::default()
-    };
-
-    let is_gateway = c == Component::Gateway;
-    Deployment {
-        metadata: owner.meta(names.workload(c), Some(c)),
-        spec: DeploymentSpec {
-            replicas: Some(view.replicas),
-            selector: LabelSelector { match_labels: Some(selector_labels(&owner.name, c)), ..Default::default() },
-            // Surge, never dip: a new pod must be ready (and then verified) before an old,
-            // verified one goes.
-            strategy: Some(DeploymentStrategy {
-                type_: Some("RollingUpdate".into()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_surge: Some(IntOrString::Int(1)),
-                    max_unavailable: Some(IntOrString::Int(0)),
-                }),
-            }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(&owner.name, Some(c))),
-                    annotations: Some({
-                        let mut a = pin_annotations(pin);
-                        if let (Component::Gateway, Some(digest)) = (c, backend_policy) {
-                            a.insert(BACKEND_POLICY_ANNOTATION.to_string(), digest.to_string());
-                        }
-                        a
-                    }),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    runtime_class_name: view.runtime_class_name.map(str::to_string),
-                    // Only the gateway talks to the API server (to watch its routing table).
-                    service_account_name: is_gateway.then(|| names.gateway_account()),
-                    automount_service_account_token: Some(is_gateway),
-                    security_context: Some(pod_security()),
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        },
         ..Default::default()
     }
 }

@@ -5,7 +5,7 @@
 //! The output holds parsed values (bytes, not hex strings), so the rest of the operator
 //! cannot act on a spec that skipped this check.
 
-use crate::crd::{Component, PrivateRAGPipelineSpec, SecretKeyRef, TcbSpec};
+use crate::crd::{AttestationSpec, Component, ComponentView, PrivateRAGPipelineSpec, SecretKeyRef, TcbSpec};
 
 /// AMD EPYC generations with a built-in ARK in gelo-attest.
 pub const AMD_GENERATIONS: [&str; 3] = ["milan", "genoa", "turin"];
@@ -85,66 +85,16 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
     }
     let mut models = Vec::with_capacity(4);
     for view in spec.components() {
-        let field = format!("{}.model", view.component);
         if view.replicas < 0 {
             problems.push(format!("{}.replicas is negative", view.component));
         }
-        let identity = match view.model.model_identity.as_deref() {
-            None | Some("") => {
-                problems.push(format!("{field}.modelIdentity is missing: every model must be pinned by identity"));
-                None
-            }
-            Some(s) => match parse_hex::<32>(s) {
-                Some(b) => Some(b),
-                None => {
-                    problems.push(format!("{field}.modelIdentity must be 64 lowercase hex digits, got {s:?}"));
-                    None
-                }
-            },
-        };
-        let source = match (&view.model.hub, &view.model.volume) {
-            (Some(hub), None) => {
-                let mut ok = true;
-                if hub.repo.trim().is_empty() || hub.repo.contains(char::is_whitespace) {
-                    problems.push(format!("{field}.hub.repo {:?} is not a repository id", hub.repo));
-                    ok = false;
-                }
-                if !is_lower_hex(&hub.revision, 40) {
-                    problems
-                        .push(format!("{field}.hub.revision must be a full 40-hex commit id, got {:?}", hub.revision));
-                    ok = false;
-                }
-                ok.then(|| PinnedSource::Hub { repo: hub.repo.clone(), revision: hub.revision.clone() })
-            }
-            (None, Some(vol)) => {
-                if vol.claim_name.trim().is_empty() {
-                    problems.push(format!("{field}.volume.claimName is empty"));
-                    None
-                } else if vol.sub_path.as_deref().is_some_and(|p| p.starts_with('/') || p.split('/').any(|s| s == ".."))
-                {
-                    problems.push(format!("{field}.volume.subPath must be relative without '..'"));
-                    None
-                } else {
-                    Some(PinnedSource::Volume { claim_name: vol.claim_name.clone(), sub_path: vol.sub_path.clone() })
-                }
-            }
-            (Some(_), Some(_)) => {
-                problems.push(format!("{field}: set exactly one of hub and volume, not both"));
-                None
-            }
-            (None, None) => {
-                problems.push(format!("{field}: set one of hub and volume"));
-                None
-            }
-        };
+        let pin = model_pin(&view, &mut problems);
         if let Some(gpu) = view.gpu
             && (gpu.resource_name.trim().is_empty() || gpu.count < 1)
         {
             problems.push(format!("{}.gpu needs a resourceName and a count of at least 1", view.component));
         }
-        if let (Some(source), Some(identity)) = (source, identity) {
-            models.push(ModelPin { source, identity });
-        }
+        models.extend(pin);
     }
 
     let att = &spec.attestation;
@@ -162,28 +112,7 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
             None => problems.push(format!("attestation.schemeIdentities[{i}] must be 64 hex digits")),
         }
     }
-    let mut roots = Vec::new();
-    if att.trusted_roots.is_empty() {
-        problems.push("attestation.trustedRoots is empty: nothing could ever be verified".into());
-    }
-    for (i, r) in att.trusted_roots.iter().enumerate() {
-        match (&r.amd, &r.mock_secret_ref) {
-            (Some(g), None) if AMD_GENERATIONS.contains(&g.as_str()) => roots.push(RootRef::Amd(g.clone())),
-            (Some(g), None) => problems.push(format!(
-                "attestation.trustedRoots[{i}].amd {g:?} is not a known AMD generation ({})",
-                AMD_GENERATIONS.join(", ")
-            )),
-            (None, Some(s)) if !s.name.trim().is_empty() && !s.key.trim().is_empty() => {
-                roots.push(RootRef::MockSecret(s.clone()))
-            }
-            (None, Some(_)) => {
-                problems.push(format!("attestation.trustedRoots[{i}].mockSecretRef needs a name and a key"))
-            }
-            _ => problems.push(format!(
-                "attestation.trustedRoots[{i}] is not a known root: set exactly one of amd and mockSecretRef"
-            )),
-        }
-    }
+    let roots = trusted_roots(att, &mut problems);
     if !(2..=3600).contains(&att.period_seconds) {
         problems.push(format!("attestation.periodSeconds {} is outside 2..=3600", att.period_seconds));
     }
@@ -214,6 +143,86 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
         protections,
         period: std::time::Duration::from_secs(att.period_seconds.into()),
     })
+}
+
+/// The model a component serves, pinned: its identity and its source (a hub revision or a
+/// volume); `None` with the problems pushed.
+fn model_pin(view: &ComponentView<'_>, problems: &mut Vec<String>) -> Option<ModelPin> {
+    let field = format!("{}.model", view.component);
+    let identity = match view.model.model_identity.as_deref() {
+        None | Some("") => {
+            problems.push(format!("{field}.modelIdentity is missing: every model must be pinned by identity"));
+            None
+        }
+        Some(s) => match parse_hex::<32>(s) {
+            Some(b) => Some(b),
+            None => {
+                problems.push(format!("{field}.modelIdentity must be 64 lowercase hex digits, got {s:?}"));
+                None
+            }
+        },
+    };
+    let source = match (&view.model.hub, &view.model.volume) {
+        (Some(hub), None) => {
+            let mut ok = true;
+            if hub.repo.trim().is_empty() || hub.repo.contains(char::is_whitespace) {
+                problems.push(format!("{field}.hub.repo {:?} is not a repository id", hub.repo));
+                ok = false;
+            }
+            if !is_lower_hex(&hub.revision, 40) {
+                problems.push(format!("{field}.hub.revision must be a full 40-hex commit id, got {:?}", hub.revision));
+                ok = false;
+            }
+            ok.then(|| PinnedSource::Hub { repo: hub.repo.clone(), revision: hub.revision.clone() })
+        }
+        (None, Some(vol)) => {
+            if vol.claim_name.trim().is_empty() {
+                problems.push(format!("{field}.volume.claimName is empty"));
+                None
+            } else if vol.sub_path.as_deref().is_some_and(|p| p.starts_with('/') || p.split('/').any(|s| s == "..")) {
+                problems.push(format!("{field}.volume.subPath must be relative without '..'"));
+                None
+            } else {
+                Some(PinnedSource::Volume { claim_name: vol.claim_name.clone(), sub_path: vol.sub_path.clone() })
+            }
+        }
+        (Some(_), Some(_)) => {
+            problems.push(format!("{field}: set exactly one of hub and volume, not both"));
+            None
+        }
+        (None, None) => {
+            problems.push(format!("{field}: set one of hub and volume"));
+            None
+        }
+    };
+    Some(ModelPin { source: source?, identity: identity? })
+}
+
+/// The roots evidence may chain to: AMD generations or a mock PKI's Secret.
+fn trusted_roots(att: &AttestationSpec, problems: &mut Vec<String>) -> Vec<RootRef> {
+    let mut roots = Vec::new();
+    if att.trusted_roots.is_empty() {
+        problems.push("attestation.trustedRoots is empty: nothing could ever be verified".into());
+    }
+    for (i, r) in att.trusted_roots.iter().enumerate() {
+        match (&r.amd, &r.mock_secret_ref) {
+            (Some(g), None) if AMD_GENERATIONS.contains(&g.as_str()) => roots.push(RootRef::Amd(g.clone())),
+            (Some(g), None) => problems.push(format!(
+                "attestation.trustedRoots[{i}].amd {g:?} is not a known AMD generation ({})",
+                AMD_GENERATIONS.join(", ")
+            )),
+            (None, Some(s)) if !s.name.trim().is_empty() && !s.key.trim().is_empty() => {
+                roots.push(RootRef::MockSecret(s.clone()))
+            }
+            (None, Some(_)) => {
+                problems.push(format!("attestation.trustedRoots[{i}].mockSecretRef needs a name and a key"))
+            }
+            _ => problems.push(format!(
+                "attestation.trustedRoots[{i}] is not a known root: set exactly one of amd and mockSecretRef"
+            )),
+        }
+    }
+    roots
 }
 
 fn is_lower_hex(s: &str, len: usize) -> bool {

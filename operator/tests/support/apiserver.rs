@@ -390,25 +390,7 @@ async fn handle(
         (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             watch(shared.clone(), t, q).await
         }
-        (&Method::GET, None) => {
-            let store = shared.store.lock().unwrap();
-            let items: Vec<Value> = store
-                .objects
-                .iter()
-                .filter(|((r, n, _), v)| {
-                    *r == t.resource
-                        && (t.namespace.is_none() || *n == ns)
-                        && matches(v, q.get("labelSelector"), q.get("fieldSelector"))
-                })
-                .map(|(_, v)| v.clone())
-                .collect();
-            ok(json!({
-                "apiVersion": api_version_of(&t.resource),
-                "kind": format!("{}List", kind_of(&t.resource).unwrap_or("")),
-                "metadata": { "resourceVersion": store.rv.to_string() },
-                "items": items,
-            }))
-        }
+        (&Method::GET, None) => list(&shared, &t, &ns, &q),
         (&Method::GET, Some(name)) => {
             let store = shared.store.lock().unwrap();
             match store.objects.get(&(t.resource.clone(), ns, name.clone())) {
@@ -449,69 +431,7 @@ async fn handle(
             let _ = shared.notify.send(0);
             ok(v)
         }
-        (&Method::PATCH, Some(name)) => {
-            let key = (t.resource.clone(), ns.clone(), name.clone());
-            let mut store = shared.store.lock().unwrap();
-            let existing = store.objects.get(&key).cloned();
-            let is_apply = content_type.starts_with("application/apply-patch");
-            let Some(old) = existing else {
-                if is_apply && t.subresource.is_none() {
-                    let r = store.create(&t.resource, &ns, body_json);
-                    drop(store);
-                    let _ = shared.notify.send(0);
-                    return match r {
-                        Ok(v) => ok(v),
-                        Err(e) => e,
-                    };
-                }
-                return status_body(404, "NotFound", format!("{name} not found"));
-            };
-            let mut doc = old.clone();
-            if content_type.starts_with("application/json-patch") {
-                let patch: json_patch::Patch = match serde_json::from_value(body_json) {
-                    Ok(p) => p,
-                    Err(e) => return status_body(400, "BadRequest", e.to_string()),
-                };
-                // Like the API server's JSON patch library: `test` of a missing path against
-                // null succeeds (kube's finalizer helper relies on it).
-                let ops: Vec<json_patch::PatchOperation> = patch
-                    .0
-                    .into_iter()
-                    .filter(|op| match op {
-                        json_patch::PatchOperation::Test(t) if t.value.is_null() => {
-                            !doc.pointer(t.path.as_str()).is_none_or(Value::is_null)
-                        }
-                        _ => true,
-                    })
-                    .collect();
-                if let Err(e) = json_patch::patch(&mut doc, &ops) {
-                    return status_body(422, "Invalid", e.to_string());
-                }
-            } else {
-                // merge, strategic merge (close enough for our objects) and apply.
-                json_patch::merge(&mut doc, &body_json);
-            }
-            let new = if t.subresource.as_deref() == Some("status") {
-                let mut merged = old.clone();
-                merged["status"] = doc.get("status").cloned().unwrap_or(Value::Null);
-                merged
-            } else {
-                let mut merged = doc;
-                match old.get("status") {
-                    Some(s) => merged["status"] = s.clone(),
-                    None => {
-                        if let Some(m) = merged.as_object_mut() {
-                            m.remove("status");
-                        }
-                    }
-                }
-                merged
-            };
-            let v = store.commit(&key, new);
-            drop(store);
-            let _ = shared.notify.send(0);
-            ok(v)
-        }
+        (&Method::PATCH, Some(name)) => patch(&shared, &t, ns, name, &content_type, body_json),
         (&Method::DELETE, Some(name)) => {
             let key = (t.resource.clone(), ns, name.clone());
             let mut store = shared.store.lock().unwrap();
@@ -525,6 +445,94 @@ async fn handle(
         }
         _ => status_body(405, "MethodNotAllowed", format!("{method} {}", uri.path())),
     }
+}
+
+/// GET on a collection: the objects of the resource (in the namespace, if the path names
+/// one) that match the label and field selectors.
+fn list(shared: &Shared, t: &Target, ns: &str, q: &BTreeMap<String, String>) -> Response {
+    let store = shared.store.lock().unwrap();
+    let items: Vec<Value> = store
+        .objects
+        .iter()
+        .filter(|((r, n, _), v)| {
+            *r == t.resource
+                && (t.namespace.is_none() || n == ns)
+                && matches(v, q.get("labelSelector"), q.get("fieldSelector"))
+        })
+        .map(|(_, v)| v.clone())
+        .collect();
+    ok(json!({
+        "apiVersion": api_version_of(&t.resource),
+        "kind": format!("{}List", kind_of(&t.resource).unwrap_or("")),
+        "metadata": { "resourceVersion": store.rv.to_string() },
+        "items": items,
+    }))
+}
+
+/// PATCH: JSON patch, merge patch, strategic merge (as merge) and server-side apply (which
+/// also creates); the status subresource changes only the status, the object never does.
+fn patch(shared: &Shared, t: &Target, ns: String, name: &str, content_type: &str, body_json: Value) -> Response {
+    let key = (t.resource.clone(), ns.clone(), name.to_string());
+    let mut store = shared.store.lock().unwrap();
+    let existing = store.objects.get(&key).cloned();
+    let is_apply = content_type.starts_with("application/apply-patch");
+    let Some(old) = existing else {
+        if is_apply && t.subresource.is_none() {
+            let r = store.create(&t.resource, &ns, body_json);
+            drop(store);
+            let _ = shared.notify.send(0);
+            return match r {
+                Ok(v) => ok(v),
+                Err(e) => e,
+            };
+        }
+        return status_body(404, "NotFound", format!("{name} not found"));
+    };
+    let mut doc = old.clone();
+    if content_type.starts_with("application/json-patch") {
+        let patch: json_patch::Patch = match serde_json::from_value(body_json) {
+            Ok(p) => p,
+            Err(e) => return status_body(400, "BadRequest", e.to_string()),
+        };
+        // Like the API server's JSON patch library: `test` of a missing path against
+        // null succeeds (kube's finalizer helper relies on it).
+        let ops: Vec<json_patch::PatchOperation> = patch
+            .0
+            .into_iter()
+            .filter(|op| match op {
+                json_patch::PatchOperation::Test(t) if t.value.is_null() => {
+                    !doc.pointer(t.path.as_str()).is_none_or(Value::is_null)
+                }
+                _ => true,
+            })
+            .collect();
+        if let Err(e) = json_patch::patch(&mut doc, &ops) {
+            return status_body(422, "Invalid", e.to_string());
+        }
+    } else {
+        // merge, strategic merge (close enough for our objects) and apply.
+        json_patch::merge(&mut doc, &body_json);
+    }
+    let new = if t.subresource.as_deref() == Some("status") {
+        let mut merged = old.clone();
+        merged["status"] = doc.get("status").cloned().unwrap_or(Value::Null);
+        merged
+    } else {
+        let mut merged = doc;
+        match old.get("status") {
+            Some(s) => merged["status"] = s.clone(),
+            None => {
+                if let Some(m) = merged.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+        merged
+    };
+    let v = store.commit(&key, new);
+    drop(store);
+    let _ = shared.notify.send(0);
+    ok(v)
 }
 
 /// A watch: replays the changes after `resourceVersion`, then streams new ones as JSON
