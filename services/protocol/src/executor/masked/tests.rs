@@ -1,5 +1,5 @@
 use super::*;
-use crate::mask::Family;
+use crate::{executor::PlaintextExecutor, mask::Family};
 
 #[test]
 fn every_pass_samples_fresh_masks_per_sequence() {
