@@ -128,27 +128,7 @@ fn is_loopback(a: &SocketAddr) -> bool {
 /// line on stdout once every port is open.
 pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
     // 1. The tokenizer model: its identity is the gateway's model identity.
-    let model = cfg.model.clone();
-    let (identity_bytes, chunker) = tokio::task::spawn_blocking({
-        let cfg = cfg.clone();
-        move || -> Result<([u8; 32], chunker::Chunker)> {
-            let (_, manifest) = models::Manifest::of_path(&model)
-                .map_err(|e| GatewayError::Config(format!("model {}: {e}", model.display())))?;
-            let id = manifest.identity().0;
-            if let Some(want) = cfg.expect_identity
-                && want != id
-            {
-                return Err(GatewayError::Config(format!(
-                    "model {} has identity {} but {} was expected",
-                    model.display(),
-                    hex::encode(id),
-                    hex::encode(want)
-                )));
-            }
-            Ok((id, chunker::Chunker::load(&model, cfg.chunk_tokens, cfg.chunk_overlap)?))
-        }
-    })
-    .await??;
+    let (identity_bytes, chunker) = load_model(&cfg).await?;
 
     // 2. The policy backends must satisfy: fixed for the gateway's life and bound into its
     //    evidence, so whoever delivers routes (the operator) cannot change whom it trusts.
@@ -168,49 +148,14 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     .await??;
 
     // 4. The store and its key.
-    let key_source = docstore::key_source(cfg.sealing_key_file.as_deref(), &cfg.data_dir, issuer_kind);
-    let data_dir = cfg.data_dir.clone();
-    let store = tokio::task::spawn_blocking(move || -> Result<docstore::DocStore> {
-        std::fs::create_dir_all(&data_dir).map_err(GatewayError::file(&data_dir))?;
-        let key = docstore::sealing_key(&key_source)?;
-        docstore::DocStore::open(&data_dir, key)
-    })
-    .await??;
+    let store = open_store(&cfg, issuer_kind).await?;
 
     // 5. Backends: static, or the routing table. A policy the table offers later is only
     //    compared with the attested one, never applied.
     let pool = Pool::new(policy, Some(identity.clone()), cfg.timing);
     pool.set_unary_in_flight(cfg.backend_in_flight);
     pool.set_backends(&cfg.backends);
-    let watch_policy = cfg.policy.is_none().then_some(policy_digest);
-    let _routes_task = match &cfg.routes {
-        Some(RoutesSource::File { routes, policy, poll }) => {
-            let (specs, _, fingerprint) = backends::routes::read_file(routes, policy.as_deref())?;
-            let mut all = cfg.backends.clone();
-            all.extend(specs);
-            pool.set_backends(&all);
-            let follow_policy = watch_policy.and(policy.clone());
-            Some(backends::routes::follow_file(
-                pool.clone(),
-                routes.clone(),
-                follow_policy,
-                policy_digest,
-                *poll,
-                fingerprint,
-            ))
-        }
-        #[cfg(feature = "kubernetes")]
-        Some(RoutesSource::ConfigMap { name, namespace }) => {
-            Some(backends::routes::follow_configmap(pool.clone(), name.clone(), namespace.clone(), watch_policy).await?)
-        }
-        #[cfg(not(feature = "kubernetes"))]
-        Some(RoutesSource::ConfigMap { .. }) => {
-            return Err(GatewayError::Config(
-                "this gelo was built without the `kubernetes` feature: mount the routes ConfigMap and use --routes-file".into(),
-            ));
-        }
-        None => None,
-    };
+    let _routes_task = follow_routes(&cfg, &pool, policy_digest).await?;
     if cfg.backends.is_empty() && cfg.routes.is_none() {
         tracing::warn!("no backends configured: every request that needs a model fails with UNAVAILABLE");
     }
@@ -221,36 +166,8 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     let metrics = Metrics::new("gateway");
     let routes = tonic::service::Routes::new(grpc::RagService::new(pipeline.clone(), metrics.clone()).into_server());
 
-    let listener =
-        TcpListener::bind(cfg.listen).await.map_err(|e| GatewayError::Serve(format!("binding {}: {e}", cfg.listen)))?;
-    let metrics_listener = match cfg.metrics_listen {
-        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| GatewayError::Serve(format!("binding {a}: {e}")))?),
-        None => None,
-    };
-    let http_listener = match cfg.http_listen {
-        Some(a) if !is_loopback(&a) && !cfg.http_allow_remote => {
-            return Err(GatewayError::Config(format!(
-                "--http-listen {a} is not a loopback address: the OpenAI API is plain HTTP (prompts and answers in the clear); \
-                 add --http-allow-remote if something in the same trust boundary terminates TLS in front of it"
-            )));
-        }
-        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| GatewayError::Serve(format!("binding {a}: {e}")))?),
-        None => None,
-    };
-    let transport = if cfg.insecure {
-        tracing::warn!(
-            "INSECURE: plaintext gRPC to clients, the gateway is not attested to them; for local testing only"
-        );
-        Transport::Insecure
-    } else {
-        let clients = match &cfg.client_policy {
-            Some(p) => {
-                Some(Arc::new(AttestedClientVerifier::new(Arc::new(Policy::from_file(p)?), ExpectedPeer::default())))
-            }
-            None => None,
-        };
-        Transport::RaTls { identity: identity.clone(), clients }
-    };
+    let (listener, metrics_listener, http_listener) = bind(&cfg).await?;
+    let transport = transport(&cfg, &identity)?;
     let local = |l: &TcpListener| l.local_addr().map_err(|e| GatewayError::Serve(e.to_string()));
     let mut line = ready_line(
         "gateway",
@@ -281,4 +198,119 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     serve(opts, routes, health(), shutdown).await.map_err(|e| GatewayError::Serve(e.to_string()))?;
     tracing::info!("gateway stopped");
     Ok(())
+}
+
+/// The tokenizer model's identity (checked against `--expect-identity`) and the chunker
+/// built from its tokenizer.
+async fn load_model(cfg: &GatewayConfig) -> Result<([u8; 32], chunker::Chunker)> {
+    let cfg = cfg.clone();
+    tokio::task::spawn_blocking(move || -> Result<([u8; 32], chunker::Chunker)> {
+        let model = &cfg.model;
+        let (_, manifest) = models::Manifest::of_path(model)
+            .map_err(|e| GatewayError::Config(format!("model {}: {e}", model.display())))?;
+        let id = manifest.identity().0;
+        if let Some(want) = cfg.expect_identity
+            && want != id
+        {
+            return Err(GatewayError::Config(format!(
+                "model {} has identity {} but {} was expected",
+                model.display(),
+                hex::encode(id),
+                hex::encode(want)
+            )));
+        }
+        Ok((id, chunker::Chunker::load(model, cfg.chunk_tokens, cfg.chunk_overlap)?))
+    })
+    .await?
+}
+
+/// The sealed document store in `--data-dir`, opened with the key its source gives.
+async fn open_store(cfg: &GatewayConfig, issuer_kind: IssuerKind) -> Result<docstore::DocStore> {
+    let key_source = docstore::key_source(cfg.sealing_key_file.as_deref(), &cfg.data_dir, issuer_kind);
+    let data_dir = cfg.data_dir.clone();
+    tokio::task::spawn_blocking(move || -> Result<docstore::DocStore> {
+        std::fs::create_dir_all(&data_dir).map_err(GatewayError::file(&data_dir))?;
+        let key = docstore::sealing_key(&key_source)?;
+        docstore::DocStore::open(&data_dir, key)
+    })
+    .await?
+}
+
+/// Adds the routing table's backends to `pool` and starts following it (a file or, with the
+/// `kubernetes` feature, a ConfigMap); `None` without a table.
+async fn follow_routes(
+    cfg: &GatewayConfig,
+    pool: &Pool,
+    policy_digest: [u8; 32],
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    let watch_policy = cfg.policy.is_none().then_some(policy_digest);
+    Ok(match &cfg.routes {
+        Some(RoutesSource::File { routes, policy, poll }) => {
+            let (specs, _, fingerprint) = backends::routes::read_file(routes, policy.as_deref())?;
+            let mut all = cfg.backends.clone();
+            all.extend(specs);
+            pool.set_backends(&all);
+            let follow_policy = watch_policy.and(policy.clone());
+            Some(backends::routes::follow_file(
+                pool.clone(),
+                routes.clone(),
+                follow_policy,
+                policy_digest,
+                *poll,
+                fingerprint,
+            ))
+        }
+        #[cfg(feature = "kubernetes")]
+        Some(RoutesSource::ConfigMap { name, namespace }) => {
+            Some(backends::routes::follow_configmap(pool.clone(), name.clone(), namespace.clone(), watch_policy).await?)
+        }
+        #[cfg(not(feature = "kubernetes"))]
+        Some(RoutesSource::ConfigMap { .. }) => {
+            return Err(GatewayError::Config(
+                "this gelo was built without the `kubernetes` feature: mount the routes ConfigMap and use --routes-file".into(),
+            ));
+        }
+        None => None,
+    })
+}
+
+/// The gRPC, metrics and HTTP listeners; a non-loopback HTTP address is refused unless
+/// `--http-allow-remote`.
+async fn bind(cfg: &GatewayConfig) -> Result<(TcpListener, Option<TcpListener>, Option<TcpListener>)> {
+    let listener =
+        TcpListener::bind(cfg.listen).await.map_err(|e| GatewayError::Serve(format!("binding {}: {e}", cfg.listen)))?;
+    let metrics_listener = match cfg.metrics_listen {
+        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| GatewayError::Serve(format!("binding {a}: {e}")))?),
+        None => None,
+    };
+    let http_listener = match cfg.http_listen {
+        Some(a) if !is_loopback(&a) && !cfg.http_allow_remote => {
+            return Err(GatewayError::Config(format!(
+                "--http-listen {a} is not a loopback address: the OpenAI API is plain HTTP (prompts and answers in the clear); \
+                 add --http-allow-remote if something in the same trust boundary terminates TLS in front of it"
+            )));
+        }
+        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| GatewayError::Serve(format!("binding {a}: {e}")))?),
+        None => None,
+    };
+    Ok((listener, metrics_listener, http_listener))
+}
+
+/// RA-TLS with the gateway's identity (and the client policy, when given), or plaintext
+/// with `--insecure`.
+fn transport(cfg: &GatewayConfig, identity: &Arc<ServerIdentity>) -> Result<Transport> {
+    Ok(if cfg.insecure {
+        tracing::warn!(
+            "INSECURE: plaintext gRPC to clients, the gateway is not attested to them; for local testing only"
+        );
+        Transport::Insecure
+    } else {
+        let clients = match &cfg.client_policy {
+            Some(p) => {
+                Some(Arc::new(AttestedClientVerifier::new(Arc::new(Policy::from_file(p)?), ExpectedPeer::default())))
+            }
+            None => None,
+        };
+        Transport::RaTls { identity: identity.clone(), clients }
+    })
 }
