@@ -190,6 +190,65 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
 
     // 2. gRPC over RA-TLS with the policy `gelo up` wrote: passages first, then the answer,
     //    usage, citations, timings; the answer cites only retrieved passages.
+    grpc_api(&up).await;
+    let (ok, out, err) = up.cli(&["query", "Who built Locomotion No. 1?", "--max-tokens", "24", "--rerank", "false"]);
+    assert!(ok, "gelo query failed: {err}");
+    assert!(out.contains("Sources:") && out.contains("rail.txt#0"), "{out}");
+
+    // 3. The OpenAI-compatible API.
+    openai_api(up.http()).await;
+
+    // 4. SIGTERM stops every process.
+    let pids: Vec<String> = up.services.iter().map(|s| s["pid"].clone()).collect();
+    assert!(pids.iter().all(|p| pid_alive(p)));
+    let status = up.stop();
+    assert!(status.success(), "gelo up exit: {status}; log:\n{}", std::fs::read_to_string(&up.log).unwrap_or_default());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for p in &pids {
+        assert!(!pid_alive(p), "service pid {p} outlived gelo up");
+    }
+    assert!(!state.join("gateway.json").exists(), "the state file is removed on exit");
+
+    // 5. No document, question or chat text in any log of the run (gelo up's own, the
+    //    gateway's and every service's, all at debug level).
+    let mut logs = vec![std::fs::read_to_string(&up.log).unwrap()];
+    for e in std::fs::read_dir(state.join("logs")).unwrap() {
+        logs.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+    }
+    assert!(logs.len() >= 5, "gelo up and four service logs: {}", logs.len());
+    assert!(logs.iter().map(String::len).sum::<usize>() > 10_000, "the debug logs are suspiciously short");
+    let secrets = [
+        "magma",
+        "waggle",
+        "Camellia",
+        "Stephenson",
+        "Locomotion",
+        "semiconductor nanocrystals",
+        "black tea",
+        "steam railway",
+        "Say hello",
+        "capital of France",
+        "Bees dance",
+        "green tea",
+        "honey bees use",
+    ];
+    for log in &logs {
+        for s in secrets {
+            if let Some(at) = log.find(s) {
+                let line = log[..at].rfind('\n').map_or(0, |i| i + 1);
+                panic!(
+                    "plaintext `{s}` in a log line: {}",
+                    &log[line..log[at..].find('\n').map_or(log.len(), |j| at + j)]
+                );
+            }
+        }
+    }
+}
+
+/// gRPC over RA-TLS with the policy `gelo up` wrote: Search reranks when asked (and only
+/// then), a Query streams its passages, then the answer, usage, citations and timings, and
+/// the answer cites only retrieved passages.
+async fn grpc_api(up: &Up) {
     let policy = Arc::new(Policy::from_file(&up.ready["policy"]).unwrap());
     let expected = ExpectedPeer { model_identity: Some(crate::support::identity(&minilm())), ..Default::default() };
     let ch = attest::ratls::connect(&up.ready["grpc"], policy, expected, None).await.expect("RA-TLS to the gateway");
@@ -248,12 +307,11 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
         assert_eq!(c.passage_ids, cited);
         assert!(c.unknown.is_empty(), "unknown citations {:?} in {answer:?}", c.unknown);
     }
-    let (ok, out, err) = up.cli(&["query", "Who built Locomotion No. 1?", "--max-tokens", "24", "--rerank", "false"]);
-    assert!(ok, "gelo query failed: {err}");
-    assert!(out.contains("Sources:") && out.contains("rail.txt#0"), "{out}");
+}
 
-    // 3. The OpenAI-compatible API.
-    let http = up.http();
+/// The OpenAI-compatible API: embeddings (float and base64), chat (whole and streamed),
+/// `gelo-rag`, rerank, and a JSON error for each bad request.
+async fn openai_api(http: SocketAddr) {
     let (code, body) =
         post(http, "/v1/embeddings", &json!({"model": "gelo-embedder", "input": ["green tea", "railway"]})).await;
     assert_eq!(code, 200, "{body}");
@@ -344,51 +402,5 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
         assert_eq!(code, want, "{path} {}: {}", short(body.to_string()), short(text.clone()));
         let e: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
         assert!(e["error"]["message"].is_string() && e["error"]["type"].is_string(), "{text}");
-    }
-
-    // 4. SIGTERM stops every process.
-    let pids: Vec<String> = up.services.iter().map(|s| s["pid"].clone()).collect();
-    assert!(pids.iter().all(|p| pid_alive(p)));
-    let status = up.stop();
-    assert!(status.success(), "gelo up exit: {status}; log:\n{}", std::fs::read_to_string(&up.log).unwrap_or_default());
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    for p in &pids {
-        assert!(!pid_alive(p), "service pid {p} outlived gelo up");
-    }
-    assert!(!state.join("gateway.json").exists(), "the state file is removed on exit");
-
-    // 5. No document, question or chat text in any log of the run (gelo up's own, the
-    //    gateway's and every service's, all at debug level).
-    let mut logs = vec![std::fs::read_to_string(&up.log).unwrap()];
-    for e in std::fs::read_dir(state.join("logs")).unwrap() {
-        logs.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
-    }
-    assert!(logs.len() >= 5, "gelo up and four service logs: {}", logs.len());
-    assert!(logs.iter().map(String::len).sum::<usize>() > 10_000, "the debug logs are suspiciously short");
-    let secrets = [
-        "magma",
-        "waggle",
-        "Camellia",
-        "Stephenson",
-        "Locomotion",
-        "semiconductor nanocrystals",
-        "black tea",
-        "steam railway",
-        "Say hello",
-        "capital of France",
-        "Bees dance",
-        "green tea",
-        "honey bees use",
-    ];
-    for log in &logs {
-        for s in secrets {
-            if let Some(at) = log.find(s) {
-                let line = log[..at].rfind('\n').map_or(0, |i| i + 1);
-                panic!(
-                    "plaintext `{s}` in a log line: {}",
-                    &log[line..log[at..].find('\n').map_or(log.len(), |j| at + j)]
-                );
-            }
-        }
     }
 }

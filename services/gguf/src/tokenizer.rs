@@ -154,35 +154,8 @@ impl GgufFile {
                 reason: format!("{} entries for {} tokens", types.len(), tokens.len()),
             });
         }
-        let mut vocab = Vocab::with_capacity(tokens.len());
-        for (id, token) in tokens.iter().enumerate() {
-            // A repeated string would silently shadow an id; llama.cpp keeps the last one too,
-            // but no real vocabulary has one, so treat it as corruption.
-            if vocab.insert(token.clone(), id as u32).is_some() {
-                return Err(Error::BadMetadata {
-                    key: "tokenizer.ggml.tokens".into(),
-                    reason: format!("token {token:?} appears twice (second at id {id})"),
-                });
-            }
-        }
-        let merges: Merges = m
-            .get_str_array("tokenizer.ggml.merges")?
-            .iter()
-            .enumerate()
-            .map(|(i, merge)| {
-                // Split at the first space after the first byte, as llama.cpp does (byte-level
-                // symbols never contain a space: it is encoded as `Ġ`).
-                merge
-                    .bytes()
-                    .skip(1)
-                    .position(|b| b == b' ')
-                    .map(|p| (merge[..p + 1].to_string(), merge[p + 2..].to_string()))
-                    .ok_or_else(|| Error::BadMetadata {
-                        key: "tokenizer.ggml.merges".into(),
-                        reason: format!("merge {i} ({merge:?}) is not two space-separated symbols"),
-                    })
-            })
-            .collect::<Result<_>>()?;
+        let vocab = vocab(tokens)?;
+        let merges = merges(m.get_str_array("tokenizer.ggml.merges")?)?;
 
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
@@ -228,41 +201,8 @@ impl GgufFile {
             m.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(choice.add_bos_default) && bos_token_id.is_some();
         let add_eos_token = m.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false) && eos_token_id.is_some();
 
-        let processor: PostProcessorWrapper = if add_bos_token || add_eos_token {
-            let mut special = Vec::new();
-            let mut single = Vec::new();
-            let mut pair = Vec::new();
-            if let Some(bos) = bos_token_id.filter(|_| add_bos_token) {
-                let s = tokens[bos as usize].clone();
-                special.push((s.clone(), bos));
-                single.push(s.clone());
-                pair.push(s);
-            }
-            single.push("$A".to_string());
-            pair.push("$A".to_string());
-            if let Some(eos) = eos_token_id.filter(|_| add_eos_token) {
-                let s = tokens[eos as usize].clone();
-                special.push((s.clone(), eos));
-                single.push(s.clone());
-                pair.push(s);
-            }
-            let n = pair.len();
-            pair.extend_from_within(..n);
-            if let Some(b) = pair.iter_mut().skip(n).find(|s| *s == "$A") {
-                *b = "$B:1".into();
-            }
-            TemplateProcessing::builder()
-                .try_single(single)
-                .and_then(|b| b.try_pair(pair))
-                .map_err(|e| Error::Tokenizer(format!("post-processor template: {e}")))?
-                .special_tokens(special)
-                .build()
-                .map_err(|e| Error::Tokenizer(format!("post-processor: {e}")))?
-                .into()
-        } else {
-            // Offsets only: mirrors tokenizer.json files of byte-level models.
-            ByteLevel::new(false, false, false).into()
-        };
+        let processor =
+            post_processor(tokens, bos_token_id.filter(|_| add_bos_token), eos_token_id.filter(|_| add_eos_token))?;
         tokenizer.with_post_processor(Some(processor));
 
         Ok(GgufTokenizer {
@@ -276,4 +216,81 @@ impl GgufFile {
             plain: OnceLock::new(),
         })
     }
+}
+
+/// Token string → id; a repeated string is corruption.
+fn vocab(tokens: &[String]) -> Result<Vocab> {
+    let mut vocab = Vocab::with_capacity(tokens.len());
+    for (id, token) in tokens.iter().enumerate() {
+        // A repeated string would silently shadow an id; llama.cpp keeps the last one too,
+        // but no real vocabulary has one, so treat it as corruption.
+        if vocab.insert(token.clone(), id as u32).is_some() {
+            return Err(Error::BadMetadata {
+                key: "tokenizer.ggml.tokens".into(),
+                reason: format!("token {token:?} appears twice (second at id {id})"),
+            });
+        }
+    }
+    Ok(vocab)
+}
+
+/// `tokenizer.ggml.merges` as pairs of symbols.
+fn merges(merges: &[String]) -> Result<Merges> {
+    merges
+        .iter()
+        .enumerate()
+        .map(|(i, merge)| {
+            // Split at the first space after the first byte, as llama.cpp does (byte-level
+            // symbols never contain a space: it is encoded as `Ġ`).
+            merge
+                .bytes()
+                .skip(1)
+                .position(|b| b == b' ')
+                .map(|p| (merge[..p + 1].to_string(), merge[p + 2..].to_string()))
+                .ok_or_else(|| Error::BadMetadata {
+                    key: "tokenizer.ggml.merges".into(),
+                    reason: format!("merge {i} ({merge:?}) is not two space-separated symbols"),
+                })
+        })
+        .collect::<Result<_>>()
+}
+
+/// The post-processor: a template adding the BOS and EOS tokens the file asks for (`bos`,
+/// `eos`: their ids when added), or byte-level offsets only.
+fn post_processor(tokens: &[String], bos: Option<u32>, eos: Option<u32>) -> Result<PostProcessorWrapper> {
+    Ok(if bos.is_some() || eos.is_some() {
+        let mut special = Vec::new();
+        let mut single = Vec::new();
+        let mut pair = Vec::new();
+        if let Some(bos) = bos {
+            let s = tokens[bos as usize].clone();
+            special.push((s.clone(), bos));
+            single.push(s.clone());
+            pair.push(s);
+        }
+        single.push("$A".to_string());
+        pair.push("$A".to_string());
+        if let Some(eos) = eos {
+            let s = tokens[eos as usize].clone();
+            special.push((s.clone(), eos));
+            single.push(s.clone());
+            pair.push(s);
+        }
+        let n = pair.len();
+        pair.extend_from_within(..n);
+        if let Some(b) = pair.iter_mut().skip(n).find(|s| *s == "$A") {
+            *b = "$B:1".into();
+        }
+        TemplateProcessing::builder()
+            .try_single(single)
+            .and_then(|b| b.try_pair(pair))
+            .map_err(|e| Error::Tokenizer(format!("post-processor template: {e}")))?
+            .special_tokens(special)
+            .build()
+            .map_err(|e| Error::Tokenizer(format!("post-processor: {e}")))?
+            .into()
+    } else {
+        // Offsets only: mirrors tokenizer.json files of byte-level models.
+        ByteLevel::new(false, false, false).into()
+    })
 }

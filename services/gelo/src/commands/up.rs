@@ -241,6 +241,65 @@ fn spinner(mp: &MultiProgress, role: &str, msg: String) -> ProgressBar {
     bar
 }
 
+/// `state/policy.yaml`: trusts only the mock PKI and accepts exactly the protection the
+/// services run (the gateway and the client commands read it).
+fn write_policy(state: &Path, issuer: &MockIssuer, a: &UpArgs) -> Result<PathBuf> {
+    let policy = Policy::default()
+        .with_roots(vec![TrustedRoot::MockFile(PathBuf::from("mock-pki/ark.pem"))])
+        .allow_measurement(issuer.settings().measurement)
+        .allow_protection(a.protection.as_str());
+    let policy_path = state.join("policy.yaml");
+    std::fs::write(
+        &policy_path,
+        format!(
+            "# Written by `gelo up`: trusts only the mock PKI in mock-pki/ (local development).\n{}",
+            policy.to_yaml()
+        ),
+    )?;
+    Ok(policy_path)
+}
+
+/// The gateway's command line: its tokenizer model, ports, policy, store, each verified
+/// service with the identity it must prove, and `gelo up`'s reranking default.
+fn gateway_args(
+    a: &UpArgs,
+    embedder: &Path,
+    id_embedder: &str,
+    policy_path: &Path,
+    data: &Path,
+    services: &[Service],
+    roles: &[(&'static str, PathBuf, String)],
+) -> Result<Vec<String>> {
+    let mut args = vec![
+        "--model".into(),
+        embedder.display().to_string(),
+        "--expect-identity".into(),
+        id_embedder.to_string(),
+        "--listen".into(),
+        a.listen.to_string(),
+        "--http-listen".into(),
+        a.http_listen.to_string(),
+        "--metrics-listen".into(),
+        "127.0.0.1:0".into(),
+        "--policy".into(),
+        policy_path.display().to_string(),
+        "--data-dir".into(),
+        data.display().to_string(),
+    ];
+    for (s, (role, _, id)) in services.iter().zip(roles) {
+        args.extend([format!("--{role}"), s.grpc()?, format!("--{role}-identity"), id.clone()]);
+    }
+    let rerank_given = a.gateway_args.iter().any(|g| g == "--rerank" || g.starts_with("--rerank="));
+    if a.reranker_model.is_none() && !rerank_given {
+        // The default reranker is the small generator scoring yes/no: measured on
+        // eval/rag/questions.jsonl it ranks worse than the embedder alone, so queries do
+        // not use it unless asked (per request `rerank`, or `-- --rerank true`).
+        args.extend(["--rerank".into(), "false".into()]);
+    }
+    args.extend(a.gateway_args.iter().cloned());
+    Ok(args)
+}
+
 pub fn run(a: UpArgs) -> Result<()> {
     // Everything runs on this (the main) thread: PR_SET_PDEATHSIG fires when the thread that
     // spawned a child exits, so children must not be spawned from a pool thread.
@@ -267,19 +326,7 @@ pub fn run(a: UpArgs) -> Result<()> {
     let identity = |p: &Path| -> Result<String> { Ok(models::Manifest::of_path(p)?.1.identity().to_string()) };
     let (id_embedder, id_reranker, id_generator) = (identity(&embedder)?, identity(&reranker)?, identity(&generator)?);
     let issuer = MockIssuer::load_or_create(&pki_dir).with_context(|| format!("mock PKI in {}", pki_dir.display()))?;
-    // The gateway and the client commands accept exactly the protection these services run.
-    let policy = Policy::default()
-        .with_roots(vec![TrustedRoot::MockFile(PathBuf::from("mock-pki/ark.pem"))])
-        .allow_measurement(issuer.settings().measurement)
-        .allow_protection(a.protection.as_str());
-    let policy_path = state.join("policy.yaml");
-    std::fs::write(
-        &policy_path,
-        format!(
-            "# Written by `gelo up`: trusts only the mock PKI in mock-pki/ (local development).\n{}",
-            policy.to_yaml()
-        ),
-    )?;
+    let policy_path = write_policy(&state, &issuer, &a)?;
     prep.finish_with_message("model identities checked, mock PKI and policy ready");
 
     // 2. The model services, loading in parallel.
@@ -317,33 +364,7 @@ pub fn run(a: UpArgs) -> Result<()> {
             wait_ready(&mut refs, &bars, hidden, Duration::from_secs(900))?;
         }
         // 3. The gateway, pointed at them.
-        let mut args = vec![
-            "--model".into(),
-            embedder.display().to_string(),
-            "--expect-identity".into(),
-            id_embedder.clone(),
-            "--listen".into(),
-            a.listen.to_string(),
-            "--http-listen".into(),
-            a.http_listen.to_string(),
-            "--metrics-listen".into(),
-            "127.0.0.1:0".into(),
-            "--policy".into(),
-            policy_path.display().to_string(),
-            "--data-dir".into(),
-            data.display().to_string(),
-        ];
-        for (s, (role, _, id)) in services.iter().zip(&roles) {
-            args.extend([format!("--{role}"), s.grpc()?, format!("--{role}-identity"), id.clone()]);
-        }
-        let rerank_given = a.gateway_args.iter().any(|g| g == "--rerank" || g.starts_with("--rerank="));
-        if a.reranker_model.is_none() && !rerank_given {
-            // The default reranker is the small generator scoring yes/no: measured on
-            // eval/rag/questions.jsonl it ranks worse than the embedder alone, so queries do
-            // not use it unless asked (per request `rerank`, or `-- --rerank true`).
-            args.extend(["--rerank".into(), "false".into()]);
-        }
-        args.extend(a.gateway_args.iter().cloned());
+        let args = gateway_args(&a, &embedder, &id_embedder, &policy_path, &data, &services, &roles)?;
         let mut gw = Service::start("gateway", &args, &pki_dir, &logs)?;
         let bar = spinner(&mp, "gateway", "verifying backends, opening the store".into());
         wait_ready(&mut [&mut gw], std::slice::from_ref(&bar), hidden, Duration::from_secs(120))?;
