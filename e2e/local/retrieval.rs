@@ -19,11 +19,12 @@ use std::{
     sync::Arc,
 };
 
-use api::v1::{Chunking, Document, SearchRequest};
+use api::v1::{Chunking, Document, SearchRequest, rag_client::RagClient};
 use futures::StreamExt;
 use kernels::CpuEngine;
 use models::{LoadOptions, beir, load_embedder};
 use protocol::{MaskedConfig, MaskedExecutor};
+use tonic::transport::Channel;
 
 use crate::stack::*;
 
@@ -95,26 +96,7 @@ async fn scifact_search_through_the_gateway_ranks_like_the_embedders_own_evaluat
     assert_eq!(summary.chunks as usize, corpus.len(), "one passage per document");
 
     // Every test query through Search, 100 deep, no reranking.
-    let results: Vec<(String, Vec<String>, Vec<f32>)> = futures::stream::iter(data.queries.clone())
-        .map(|(qid, text)| {
-            let mut c = client.clone();
-            async move {
-                let r = c
-                    .search(SearchRequest { query: text, top_k: 100, rerank: Some(false) })
-                    .await
-                    .expect("search")
-                    .into_inner();
-                assert!(r.passages.iter().all(|p| p.rerank_score.is_none()));
-                (
-                    qid,
-                    r.passages.iter().map(|p| p.document_id.clone()).collect(),
-                    r.passages.iter().map(|p| p.score).collect(),
-                )
-            }
-        })
-        .buffered(4)
-        .collect()
-        .await;
+    let results = search_all(&client, &data.queries).await;
     let ranked: BTreeMap<String, Vec<String>> = results.iter().map(|(q, ids, _)| (q.clone(), ids.clone())).collect();
     let (ndcg, recall) = beir::metrics(&ranked, &data.qrels);
 
@@ -180,4 +162,29 @@ async fn scifact_search_through_the_gateway_ranks_like_the_embedders_own_evaluat
         data.queries.len()
     );
     drop(gw);
+}
+
+/// Every query through the gateway's Search, 100 deep, not reranked, 4 at a time: per query
+/// its id, the document ids and their scores.
+async fn search_all(client: &RagClient<Channel>, queries: &[(String, String)]) -> Vec<(String, Vec<String>, Vec<f32>)> {
+    futures::stream::iter(queries.to_vec())
+        .map(|(qid, text)| {
+            let mut c = client.clone();
+            async move {
+                let r = c
+                    .search(SearchRequest { query: text, top_k: 100, rerank: Some(false) })
+                    .await
+                    .expect("search")
+                    .into_inner();
+                assert!(r.passages.iter().all(|p| p.rerank_score.is_none()));
+                (
+                    qid,
+                    r.passages.iter().map(|p| p.document_id.clone()).collect(),
+                    r.passages.iter().map(|p| p.score).collect(),
+                )
+            }
+        })
+        .buffered(4)
+        .collect()
+        .await
 }

@@ -300,6 +300,44 @@ fn gateway_args(
     Ok(args)
 }
 
+/// Writes the state file the client commands read, then tells the tests (`GELO_SERVICE`,
+/// `GELO_READY` lines on stdout) and the user (stderr) where everything is.
+fn announce(state: &Path, gw: &Service, services: &[Service], policy_path: &Path, id_embedder: &str) -> Result<()> {
+    let line = gw.line.clone().unwrap_or_default();
+    let grpc = field(&line, "grpc=").unwrap_or_default().to_string();
+    let http = field(&line, "http=").unwrap_or_default().to_string();
+    let up_state = UpState {
+        grpc: grpc.clone(),
+        http: http.clone(),
+        policy: std::fs::canonicalize(policy_path).unwrap_or(policy_path.to_path_buf()),
+        identity: id_embedder.to_string(),
+        pid: std::process::id(),
+    };
+    std::fs::write(state_file(Some(state)), serde_json::to_string_pretty(&up_state)?)?;
+    for s in services {
+        let l = s.line.as_deref().unwrap_or_default();
+        println!(
+            "GELO_SERVICE role={} grpc={} metrics={} pid={}",
+            s.role,
+            field(l, "grpc=").unwrap_or("?"),
+            field(l, "metrics=").unwrap_or("?"),
+            s.child.id()
+        );
+    }
+    eprintln!(
+        "\nGELO is up (mock attestation: for local use only)\n  gRPC (RA-TLS)  {grpc}\n  OpenAI API     http://{http}/v1  (models: gelo-embedder, gelo-reranker, gelo-generator, gelo-rag)\n  web console    http://{http}/\n  state, logs    {}\n\n\
+         Try:  gelo ingest README.md docs/\n      gelo query \"What does GELO keep from the GPU?\"\nCtrl-C stops everything.\n",
+        state.display()
+    );
+    println!(
+        "GELO_READY role=up grpc={grpc} http={http} gateway_metrics={} policy={} identity={id_embedder} state={}",
+        field(&line, "metrics=").unwrap_or("?"),
+        up_state.policy.display(),
+        state.display()
+    );
+    Ok(())
+}
+
 pub fn run(a: UpArgs) -> Result<()> {
     // Everything runs on this (the main) thread: PR_SET_PDEATHSIG fires when the thread that
     // spawned a child exits, so children must not be spawned from a pool thread.
@@ -381,39 +419,8 @@ pub fn run(a: UpArgs) -> Result<()> {
     };
 
     // 4. Tell the clients where it is, and the user.
-    let line = gw.line.clone().unwrap_or_default();
-    let grpc = field(&line, "grpc=").unwrap_or_default().to_string();
-    let http = field(&line, "http=").unwrap_or_default().to_string();
-    let up_state = UpState {
-        grpc: grpc.clone(),
-        http: http.clone(),
-        policy: std::fs::canonicalize(&policy_path).unwrap_or(policy_path.clone()),
-        identity: id_embedder.clone(),
-        pid: std::process::id(),
-    };
-    std::fs::write(state_file(Some(&state)), serde_json::to_string_pretty(&up_state)?)?;
     drop(mp);
-    for s in &services {
-        let l = s.line.as_deref().unwrap_or_default();
-        println!(
-            "GELO_SERVICE role={} grpc={} metrics={} pid={}",
-            s.role,
-            field(l, "grpc=").unwrap_or("?"),
-            field(l, "metrics=").unwrap_or("?"),
-            s.child.id()
-        );
-    }
-    eprintln!(
-        "\nGELO is up (mock attestation: for local use only)\n  gRPC (RA-TLS)  {grpc}\n  OpenAI API     http://{http}/v1  (models: gelo-embedder, gelo-reranker, gelo-generator, gelo-rag)\n  web console    http://{http}/\n  state, logs    {}\n\n\
-         Try:  gelo ingest README.md docs/\n      gelo query \"What does GELO keep from the GPU?\"\nCtrl-C stops everything.\n",
-        state.display()
-    );
-    println!(
-        "GELO_READY role=up grpc={grpc} http={http} gateway_metrics={} policy={} identity={id_embedder} state={}",
-        field(&line, "metrics=").unwrap_or("?"),
-        up_state.policy.display(),
-        state.display()
-    );
+    announce(&state, &gw, &services, &policy_path, &id_embedder)?;
 
     // 5. Until Ctrl-C, SIGTERM, or a child dies.
     let exited = rt.block_on(async {
