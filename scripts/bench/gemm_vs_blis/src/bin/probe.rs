@@ -4,29 +4,11 @@
 //! usage: probe <blis|gemm>        prints the median and max of every 0.25 s window
 //!        PROBE_SUMMARY=1 probe …  prints one line: calls, median, calls over 4 ms
 
-use std::{os::raw::c_int, time::Instant};
+use std::time::Instant;
 
-use blis_src as _;
-
-unsafe extern "C" {
-    #[allow(clippy::too_many_arguments)]
-    fn cblas_sgemm(
-        order: c_int,
-        trans_a: c_int,
-        trans_b: c_int,
-        m: c_int,
-        n: c_int,
-        k: c_int,
-        alpha: f32,
-        a: *const f32,
-        lda: c_int,
-        b: *const f32,
-        ldb: c_int,
-        beta: f32,
-        c: *mut f32,
-        ldc: c_int,
-    );
-}
+#[allow(dead_code)] // `describe` is the benchmark's
+#[path = "../blis.rs"]
+mod blis;
 
 fn main() {
     let lib = std::env::args().nth(1).expect("usage: probe <blis|gemm>");
@@ -39,15 +21,34 @@ fn main() {
     let (mut all, mut window, mut last) = (Vec::new(), Vec::new(), 0.0);
     while t0.elapsed().as_secs_f64() < 3.0 {
         let t = Instant::now();
-        // SAFETY: row-major operands of the given shapes; `c` is exclusive.
-        unsafe {
-            if lib == "blis" {
-                let (mi, ni, ki) = (m as c_int, n as c_int, k as c_int);
-                cblas_sgemm(101, 111, 111, mi, ni, ki, 1.0, a.as_ptr(), ki, b.as_ptr(), ni, 0.0, c.as_mut_ptr(), ni)
-            } else {
-                let p = gemm::Parallelism::Rayon(2);
-                let (ki, ni) = (k as isize, n as isize);
-                gemm::gemm(m, n, k, c.as_mut_ptr(), 1, ni, false, a.as_ptr(), 1, ki, b.as_ptr(), 1, ni, 0.0, 1.0, false, false, false, p)
+        if lib == "blis" {
+            blis::sgemm(m, k, n, &a, &b, false, &mut c);
+        } else {
+            let p = gemm::Parallelism::Rayon(2);
+            let (ki, ni) = (k as isize, n as isize);
+            // SAFETY: row-major operands of the given shapes; `c` is exclusive.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    n,
+                    k,
+                    c.as_mut_ptr(),
+                    1,
+                    ni,
+                    false,
+                    a.as_ptr(),
+                    1,
+                    ki,
+                    b.as_ptr(),
+                    1,
+                    ni,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    p,
+                )
             }
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
