@@ -65,7 +65,7 @@ if [ ! -f "$models/qwen3-tokenizer/tokenizer.json" ]; then
 fi
 
 # Tiny random-weight Qwen3 and BERT cross-encoder checkpoints (deterministic: numpy's frozen
-# RandomState), checked against transformers outputs in services/models/tests/fixtures/hf.
+# RandomState), checked against transformers outputs in services/tee/models/tests/fixtures/hf.
 if [ ! -f "$models/tiny/bert-ce-tiny/model.safetensors" ]; then
   python3 -c "import numpy" 2>/dev/null || python3 -m pip install --quiet "numpy>=1.26,<3"
   python3 "$(dirname "$0")/reference/hf_reference.py" generate "$models/tiny.part" \

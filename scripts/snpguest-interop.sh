@@ -90,12 +90,12 @@ refuse "VEK did NOT sign the Attestation Report!" \
 # A VCEK our mock ASK did not sign: AMD's real Milan VCEK in the mock chain.
 mkdir "$WORK/foreign-vcek"
 cp "$WORK/certs/ark.pem" "$WORK/certs/ask.pem" "$WORK/foreign-vcek/"
-cp services/attest/testdata/amd/milan-vcek.der "$WORK/foreign-vcek/vcek.der"
+cp services/edge/attest/testdata/amd/milan-vcek.der "$WORK/foreign-vcek/vcek.der"
 refuse "The VCEK was not signed by the AMD ASK!" "$SNPGUEST" verify certs "$WORK/foreign-vcek"
 # An ASK our mock ARK did not sign: AMD's real Genoa ASK in the mock chain.
 mkdir "$WORK/foreign-ask"
 cp "$WORK/certs/ark.pem" "$WORK/certs/vcek.pem" "$WORK/foreign-ask/"
-cp services/attest/testdata/amd/genoa-ask.pem "$WORK/foreign-ask/ask.pem"
+cp services/edge/attest/testdata/amd/genoa-ask.pem "$WORK/foreign-ask/ask.pem"
 refuse "The AMD ASK was not signed by the AMD ARK!" "$SNPGUEST" verify certs "$WORK/foreign-ask"
 # Claims other than the signed ones: REPORT_DATA for another nonce.
 OTHER_DATA=$( { printf 'gelo/report-data/v1'; printf '%s%s%s%064d' "$MODEL" "$SCHEME" "$TLS" 0 | xxd -r -p; } \

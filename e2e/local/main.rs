@@ -12,7 +12,7 @@
 //! - `crash`: the gateway SIGKILLed during ingest keeps every acknowledged document whole;
 //!   its store files hold no plaintext and no raw vectors.
 
-#[path = "../../services/gelo/tests/support/mod.rs"]
+#[path = "../../services/apps/gelo/tests/support/mod.rs"]
 mod support;
 
 mod stack;

@@ -4,7 +4,8 @@
 
 use std::sync::Mutex;
 
-use crate::{Engine, EngineError, EngineInfo, Masked, Matrix, Registered, Weight, WeightId};
+use protocol::{Engine, EngineError, EngineInfo, Masked, Registered};
+use tensor::{Matrix, Weight, WeightId};
 
 /// Which engine entry point an operand was sent to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,17 +67,17 @@ impl<E: Engine> Engine for CapturingEngine<E> {
         self.inner.unregister(id)
     }
 
-    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {
         self.record(OpKind::Linear(ids.to_vec()), &[x]);
         self.inner.matmul_many(x, ids)
     }
 
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Matrix, EngineError> {
         self.record(OpKind::Dynamic { transpose_b }, &[a, b]);
         self.inner.matmul_dynamic(a, b, transpose_b)
     }
 
-    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
         self.record(OpKind::Softmax, &[x]);
         self.inner.softmax_rows(x, scale)
     }

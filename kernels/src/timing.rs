@@ -6,7 +6,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{Engine, EngineError, EngineInfo, Masked, MaskedView, Registered, Weight, WeightId};
+use protocol::{Engine, EngineError, EngineInfo, Masked, Registered};
+use tensor::{Matrix, MatrixView, Weight, WeightId};
 
 /// Wraps an engine and sums the wall time of its calls.
 pub struct TimedEngine<E> {
@@ -55,7 +56,7 @@ impl<E: Engine> Engine for TimedEngine<E> {
         self.inner.unregister(id)
     }
 
-    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {
         self.timed(|| self.inner.matmul_many(x, ids))
     }
 
@@ -64,7 +65,7 @@ impl<E: Engine> Engine for TimedEngine<E> {
         &self,
         x: &Masked,
         ids: &[WeightId],
-        read: &mut dyn FnMut(&[MaskedView<'_>]),
+        read: &mut dyn FnMut(&[MatrixView<'_>]),
     ) -> Result<(), EngineError> {
         let (t, mut reading) = (Instant::now(), Duration::ZERO);
         let out = self.inner.matmul_many_with(x, ids, &mut |zs| {
@@ -76,7 +77,7 @@ impl<E: Engine> Engine for TimedEngine<E> {
         out
     }
 
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Matrix, EngineError> {
         self.timed(|| self.inner.matmul_dynamic(a, b, transpose_b))
     }
 
@@ -84,11 +85,11 @@ impl<E: Engine> Engine for TimedEngine<E> {
         &self,
         pairs: &[(&Masked, &Masked)],
         transpose_b: bool,
-    ) -> Result<Vec<Masked>, EngineError> {
+    ) -> Result<Vec<Matrix>, EngineError> {
         self.timed(|| self.inner.matmul_dynamic_batched(pairs, transpose_b))
     }
 
-    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
         self.timed(|| self.inner.softmax_rows(x, scale))
     }
 
@@ -98,56 +99,5 @@ impl<E: Engine> Engine for TimedEngine<E> {
 
     fn recycle(&self, buf: Vec<f32>) {
         self.inner.recycle(buf)
-    }
-}
-
-impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
-    fn info(&self) -> EngineInfo {
-        (**self).info()
-    }
-
-    fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
-        (**self).register(id, weight)
-    }
-
-    fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
-        (**self).unregister(id)
-    }
-
-    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
-        (**self).matmul_many(x, ids)
-    }
-
-    fn matmul_many_with(
-        &self,
-        x: &Masked,
-        ids: &[WeightId],
-        read: &mut dyn FnMut(&[MaskedView<'_>]),
-    ) -> Result<(), EngineError> {
-        (**self).matmul_many_with(x, ids, read)
-    }
-
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
-        (**self).matmul_dynamic(a, b, transpose_b)
-    }
-
-    fn matmul_dynamic_batched(
-        &self,
-        pairs: &[(&Masked, &Masked)],
-        transpose_b: bool,
-    ) -> Result<Vec<Masked>, EngineError> {
-        (**self).matmul_dynamic_batched(pairs, transpose_b)
-    }
-
-    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
-        (**self).softmax_rows(x, scale)
-    }
-
-    fn buffer(&self, len: usize) -> Vec<f32> {
-        (**self).buffer(len)
-    }
-
-    fn recycle(&self, buf: Vec<f32>) {
-        (**self).recycle(buf)
     }
 }

@@ -4,7 +4,7 @@
 The reference is the `gguf` package from PyPI (llama.cpp's own Python reader, pure numpy:
 `gguf.quants.dequantize`), an implementation independent of our Rust code.
 
-Writes into services/gguf/tests/fixtures/:
+Writes into services/tee/gguf/tests/fixtures/:
   dequant_<model>.json  for each real model file, one tensor of every ggml type it holds:
                         name, type, ne, shape, sum, sum of squares (float64) and 64 sampled
                         (flat index, value) pairs, plus the file's SHA-256.

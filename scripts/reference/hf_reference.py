@@ -17,7 +17,7 @@ an independent implementation: transformers with PyTorch.
         --qwen3-tokenizer ~/.cache/gelo/models/qwen3-tokenizer \\
         --bert-tokenizer ~/.cache/gelo/models/all-minilm-l6-v2
     python3 scripts/reference/hf_reference.py reference ~/.cache/gelo/models/tiny \\
-        services/models/tests/fixtures/hf     # needs torch and transformers
+        services/tee/models/tests/fixtures/hf     # needs torch and transformers
 """
 import argparse
 import hashlib

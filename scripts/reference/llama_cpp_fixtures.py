@@ -2,10 +2,10 @@
 """Reference outputs of llama.cpp (through llama-cpp-python) for GELO's GGUF models.
 
 llama.cpp is an implementation independent of ours; these fixtures are what the Rust model
-code (services/models) and the GGUF tokenizer (services/gguf) are checked against.
+code (services/tee/models) and the GGUF tokenizer (services/tee/gguf) are checked against.
 
 For SmolLM2-135M-Instruct (Q4_1) and Qwen2.5-Coder-0.5B-Instruct (Q4_K_M), writes into
-services/models/tests/fixtures/llama_cpp/:
+services/tee/models/tests/fixtures/llama_cpp/:
 
   manifest.json               versions (llama-cpp-python, ggml), settings, model SHA-256s
   <model>/generation.json     8 prompts, raw completion (no chat template; BOS as the

@@ -26,7 +26,7 @@ use std::{
 
 use anyhow::{Context, Result, bail, ensure};
 use kernels::{
-    CpuEngine, Engine, EngineError, EngineInfo, Masked, Matrix, Registered, Weight, WeightId,
+    CpuEngine,
     capture::{Captured, CapturingEngine, OpKind},
 };
 use models::{
@@ -35,8 +35,10 @@ use models::{
     tensors::Tensors,
     tokenizer::TextTokenizer,
 };
+use protocol::{Engine, EngineError, EngineInfo, Masked, Registered};
 use serde::Serialize;
 use serde_json::json;
+use tensor::{Matrix, Weight, WeightId};
 
 use crate::{
     Condition, npy,
@@ -283,13 +285,13 @@ impl Engine for Watched {
     fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
         self.inner.unregister(id)
     }
-    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {
         self.inner.matmul_many(x, ids)
     }
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Matrix, EngineError> {
         self.inner.matmul_dynamic(a, b, transpose_b)
     }
-    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
         self.inner.softmax_rows(x, scale)
     }
 }

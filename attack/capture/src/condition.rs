@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kernels::Engine;
+use protocol::Engine;
 use protocol::{
     DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection, ShieldConfig,
     mask::{self, Family},

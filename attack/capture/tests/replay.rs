@@ -7,13 +7,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use kernels::{
-    CpuEngine, Engine, EngineError, EngineInfo, Masked, Matrix, Registered, Weight, WeightId, WeightLayout,
-    capture::CapturingEngine,
-};
+use kernels::{CpuEngine, capture::CapturingEngine};
+use protocol::{Engine, EngineError, EngineInfo, Masked, Registered};
 use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, ProtocolError, ShieldConfig, UVerifyConfig};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use tensor::{Matrix, Weight, WeightId, WeightLayout};
 
 const KINDS: [MaskKind; 3] = [MaskKind::Haar, MaskKind::Hd3, MaskKind::Hd3Blocked];
 
@@ -113,7 +112,7 @@ fn operands_of_one_input_in_two_passes_are_unrelated() {
 /// relay of pass-1 material into later passes.
 struct ReplayEngine {
     inner: CpuEngine,
-    first: Mutex<Option<Vec<Masked>>>,
+    first: Mutex<Option<Vec<Matrix>>>,
 }
 
 impl Engine for ReplayEngine {
@@ -129,21 +128,21 @@ impl Engine for ReplayEngine {
         self.inner.unregister(id)
     }
 
-    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {
         let mut first = self.first.lock().unwrap();
         if let Some(saved) = first.as_ref() {
-            return Ok(saved.iter().map(|m| Masked::from_mixed(m.matrix().clone())).collect());
+            return Ok(saved.clone());
         }
         let out = self.inner.matmul_many(x, ids)?;
-        *first = Some(out.iter().map(|m| Masked::from_mixed(m.matrix().clone())).collect());
+        *first = Some(out.clone());
         Ok(out)
     }
 
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Matrix, EngineError> {
         self.inner.matmul_dynamic(a, b, transpose_b)
     }
 
-    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
         self.inner.softmax_rows(x, scale)
     }
 }
@@ -209,7 +208,7 @@ fn an_operand_captured_in_one_pass_does_not_match_another_pass_mask() {
     let pinv = |u: &Matrix| -> Matrix {
         // U⁺ = Uᵀ(UUᵀ)⁻¹ for full row rank, by Gauss–Jordan on the small n×n Gram.
         let m = u.rows();
-        let g = kernels::cpu::matmul(u, &u.transpose(), false);
+        let g = tensor::cpu::matmul(u, &u.transpose(), false);
         let mut a: Vec<f64> = g.as_slice().iter().map(|&v| v as f64).collect();
         let mut inv = vec![0.0f64; m * m];
         (0..m).for_each(|i| inv[i * m + i] = 1.0);
@@ -235,12 +234,12 @@ fn an_operand_captured_in_one_pass_does_not_match_another_pass_mask() {
             }
         }
         let inv = Matrix::from_vec(m, m, inv.into_iter().map(|v| v as f32).collect()).unwrap();
-        kernels::cpu::matmul(&u.transpose(), &inv, false)
+        tensor::cpu::matmul(&u.transpose(), &inv, false)
     };
-    let r12 = kernels::cpu::matmul(&us[1], &pinv(&us[0]), false);
-    let reproduced = kernels::cpu::matmul(&r12, &us[0], false);
+    let r12 = tensor::cpu::matmul(&us[1], &pinv(&us[0]), false);
+    let reproduced = tensor::cpu::matmul(&r12, &us[0], false);
     assert!(reproduced.rel_err(&us[1]) < 1e-3, "the relation fits the pair it was fitted on");
-    let predicted = kernels::cpu::matmul(&r12, &us[1], false);
+    let predicted = tensor::cpu::matmul(&r12, &us[1], false);
     let err = predicted.rel_err(&us[2]);
     assert!(err > 0.5, "pass 3 was predictable from passes 1 and 2 (err {err})");
 }

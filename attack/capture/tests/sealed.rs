@@ -7,8 +7,9 @@
 use std::{path::PathBuf, sync::Arc};
 
 use attack::Watched;
-use kernels::{CpuEngine, Engine};
+use kernels::CpuEngine;
 use models::{GenerateRequest, Prompt, load_embedder, load_generator};
+use protocol::Engine;
 use protocol::{Executor, MaskedConfig, PlaintextExecutor, Protection};
 
 fn model(name: &str) -> PathBuf {

@@ -6,7 +6,7 @@ use std::{
     time::Duration,
 };
 
-use kernels::EngineError;
+use protocol::EngineError;
 
 use crate::select::{self, AdapterSpec, AdapterSummary};
 

@@ -1,6 +1,6 @@
 //! The Vulkan GPU engine of GELO.
 //!
-//! [`WgpuEngine`] implements [`kernels::Engine`] on a Vulkan adapter through `wgpu`: public
+//! [`WgpuEngine`] implements [`protocol::Engine`] on a Vulkan adapter through `wgpu`: public
 //! weights are uploaded once and stay resident (f32, f16, or bf16 as stored), products run
 //! as tiled WGSL kernels generated in [`shaders`], and each call is one upload, one
 //! submission and one read-back. Like every engine it is the untrusted side: it sees masked
@@ -19,7 +19,8 @@ mod weights;
 use std::sync::Arc;
 
 pub use engine::{CallStats, DEFAULT_SPIN_WAIT, Plan, WgpuConfig, WgpuEngine};
-use kernels::{CpuEngine, Engine, EngineError};
+use kernels::CpuEngine;
+use protocol::{Engine, EngineError};
 pub use select::{AdapterSpec, AdapterSummary, adapters};
 /// Adapter kinds, as [`AdapterSummary::device_type`] reports them.
 pub use wgpu::DeviceType;

@@ -3,7 +3,7 @@
 
 use std::{fmt, str::FromStr};
 
-use kernels::EngineError;
+use protocol::EngineError;
 
 /// Which adapter `vulkan…` names.
 #[derive(Clone, Debug, PartialEq, Eq)]

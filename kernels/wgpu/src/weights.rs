@@ -2,7 +2,7 @@
 //! registered in, as f32 or as two 16-bit values per `u32` word.
 
 use half::{bf16, f16};
-use kernels::{Precision, Weight, WeightData, WeightLayout};
+use tensor::{Precision, Weight, WeightData, WeightLayout};
 
 use crate::shaders::WeightType;
 

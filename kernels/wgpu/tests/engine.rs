@@ -8,13 +8,12 @@
 use std::sync::{Arc, OnceLock};
 
 use half::{bf16, f16};
-use kernels::{
-    CpuEngine, Engine, EngineError, F32_UNIT_ROUNDOFF, Masked, Matrix, Precision, Weight, WeightData, WeightId,
-    WeightLayout, cpu, danger,
-};
+use kernels::CpuEngine;
 use kernels_wgpu::{Plan, WgpuConfig, WgpuEngine, open_engine, shaders::Tile};
+use protocol::{Engine, EngineError, Masked, danger};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use tensor::{F32_UNIT_ROUNDOFF, Matrix, Precision, Weight, WeightData, WeightId, WeightLayout, cpu};
 
 fn shared() -> &'static WgpuEngine {
     static ENGINE: OnceLock<WgpuEngine> = OnceLock::new();
@@ -90,8 +89,8 @@ fn matmul_equals_cpu_for_odd_shapes_and_both_layouts() {
             cpu.register(name.clone(), w.clone()).unwrap();
             for rows in [1, 3, 17, 130] {
                 let x = random(rows, d_in, 7 * rows as u64 + i as u64);
-                let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
-                let want = cpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+                let got = gpu.matmul(&plain(&x), &name).unwrap();
+                let want = cpu.matmul(&plain(&x), &name).unwrap();
                 assert_product(&format!("{name} rows={rows}"), &got, &want, &x, &dense(&w));
             }
         }
@@ -118,7 +117,7 @@ fn matmul_many_returns_every_product_of_one_upload() {
     let want = cpu.matmul_many(&plain(&x), &ids).unwrap();
     assert_eq!(got.len(), 3);
     for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-        assert_product(name.as_str(), g.matrix(), e.matrix(), &x, &dense(w));
+        assert_product(name.as_str(), g, e, &x, &dense(w));
     }
     assert!(gpu.matmul_many(&plain(&x), &[]).unwrap().is_empty());
     // Lent out of the mapped read-back: the same products, bit for bit, once, in order.
@@ -127,7 +126,7 @@ fn matmul_many_returns_every_product_of_one_upload() {
         lent.extend(zs.iter().map(|z| (z.shape(), z.as_slice().to_vec())))
     })
     .unwrap();
-    let returned: Vec<_> = got.iter().map(|g| (g.matrix().shape(), g.matrix().as_slice().to_vec())).collect();
+    let returned: Vec<_> = got.iter().map(|g| (g.shape(), g.as_slice().to_vec())).collect();
     assert_eq!(lent, returned);
     let mut calls = 0;
     gpu.matmul_many_with(&plain(&x), &[], &mut |zs| {
@@ -177,7 +176,7 @@ fn every_plan_computes_the_same_product() {
         gpu.pin(Some(plan)).unwrap();
         let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
         for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-            assert_product(&format!("{} plan {}", name, plan.name()), g.matrix(), e.matrix(), &x, &dense(w));
+            assert_product(&format!("{} plan {}", name, plan.name()), g, e, &x, &dense(w));
         }
     }
 }
@@ -214,13 +213,7 @@ fn every_few_row_tile_reads_aligned_and_ragged_checkpoint_weights() {
                 gpu.pin(Some(Plan::new(tile))).unwrap();
                 let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
                 for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-                    assert_product(
-                        &format!("{name} rows={rows} {}", tile.name()),
-                        g.matrix(),
-                        e.matrix(),
-                        &x,
-                        &dense(w),
-                    );
+                    assert_product(&format!("{name} rows={rows} {}", tile.name()), g, e, &x, &dense(w));
                 }
             }
         }
@@ -244,7 +237,7 @@ fn a_spinning_wait_returns_every_product() {
         let x = random(rows, 300, 42);
         let got = gpu.matmul(&plain(&x), &id("spin.w")).unwrap();
         let want = cpu.matmul(&plain(&x), &id("spin.w")).unwrap();
-        assert_product(&format!("spin rows={rows}"), got.matrix(), want.matrix(), &x, &dense(&w));
+        assert_product(&format!("spin rows={rows}"), &got, &want, &x, &dense(&w));
     }
     assert_eq!(gpu.stats().calls, 3);
 }
@@ -278,13 +271,7 @@ fn split_k_plans_sum_their_slices() {
             // Two products in one call: their scratch regions must not overlap.
             let got = gpu.matmul_many(&plain(&x), &ids).unwrap();
             for ((g, e), (name, w)) in got.iter().zip(&want).zip(&ws) {
-                assert_product(
-                    &format!("{name} rows={rows} {} k/{splits}", tile.name()),
-                    g.matrix(),
-                    e.matrix(),
-                    &x,
-                    &dense(w),
-                );
+                assert_product(&format!("{name} rows={rows} {} k/{splits}", tile.name()), g, e, &x, &dense(w));
             }
         }
     }
@@ -303,11 +290,11 @@ fn masked_decode_tiles_compute_nine_rows_per_sequence() {
     assert!(tiles.iter().any(|t| t.bm == 72) && tiles.iter().any(|t| t.bm == 36), "{tiles:?}");
     for rows in [9, 36, 37, 72, 73] {
         let x = random(rows, 512, rows as u64);
-        let want = cpu.matmul(&plain(&x), &id("nine.w")).unwrap().into_matrix();
+        let want = cpu.matmul(&plain(&x), &id("nine.w")).unwrap();
         for &tile in &tiles {
             for splits in [1, 4] {
                 gpu.pin(Some(Plan { tile, splits })).unwrap();
-                let got = gpu.matmul(&plain(&x), &id("nine.w")).unwrap().into_matrix();
+                let got = gpu.matmul(&plain(&x), &id("nine.w")).unwrap();
                 assert_product(&format!("rows={rows} {} k/{splits}", tile.name()), &got, &want, &x, &dense(&w));
             }
         }
@@ -324,12 +311,12 @@ fn steady_kernel_runs_repeat_the_product_without_changing_it() {
     gpu.register(id("steady.w"), w.clone()).unwrap();
     cpu.register(id("steady.w"), w.clone()).unwrap();
     let x = random(3, 256, 22);
-    let want = cpu.matmul(&plain(&x), &id("steady.w")).unwrap().into_matrix();
+    let want = cpu.matmul(&plain(&x), &id("steady.w")).unwrap();
     let tile = *gpu.tiles().last().unwrap();
     for splits in [1, 4] {
         gpu.pin(Some(Plan { tile, splits })).unwrap();
         let (got, secs) = gpu.steady_kernel_seconds(&plain(&x), &id("steady.w"), 5).unwrap();
-        assert_product(&format!("steady k/{splits}"), got.matrix(), &want, &x, &dense(&w));
+        assert_product(&format!("steady k/{splits}"), &got, &want, &x, &dense(&w));
         if gpu.has_gpu_timestamps() {
             let s = secs.expect("timed where the device has timestamps");
             assert!(s > 0.0 && s < 1.0, "seconds per run {s}");
@@ -349,14 +336,14 @@ fn recycled_buffers_stay_within_the_configured_bytes() {
     let x = random(40, 64, 32);
     let cpu = CpuEngine::new();
     cpu.register(id("recycle.w"), w.clone()).unwrap();
-    let want = cpu.matmul(&plain(&x), &id("recycle.w")).unwrap().into_matrix();
+    let want = cpu.matmul(&plain(&x), &id("recycle.w")).unwrap();
     for (cap, keeps) in [(0usize, false), (1 << 20, true)] {
         let gpu = WgpuEngine::open("vulkan", WgpuConfig { recycle_bytes: cap, ..WgpuConfig::default() }).unwrap();
         gpu.register(id("recycle.w"), w.clone()).unwrap();
         for _ in 0..3 {
             let got = gpu.matmul(&plain(&x), &id("recycle.w")).unwrap();
-            assert_product("recycled read-back", got.matrix(), &want, &x, &dense(&w));
-            gpu.recycle(got.into_matrix().into_vec());
+            assert_product("recycled read-back", &got, &want, &x, &dense(&w));
+            gpu.recycle(got.into_vec());
             assert!(gpu.recycled_bytes() <= cap, "{} bytes held, cap {cap}", gpu.recycled_bytes());
         }
         assert_eq!(gpu.recycled_bytes() > 0, keeps, "cap {cap}");
@@ -377,8 +364,8 @@ fn f16_storage_is_within_1e3_relative() {
         let rounded = Weight { data: WeightData::F32(w.data.rounded_to(Precision::F16)), ..w.clone() };
         cpu.register(name.clone(), rounded.clone()).unwrap();
         let x = random(3, d_in, 22);
-        let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
-        let want = cpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+        let got = gpu.matmul(&plain(&x), &name).unwrap();
+        let want = cpu.matmul(&plain(&x), &name).unwrap();
         assert_product(name.as_str(), &got, &want, &x, &dense(&rounded));
         // And the unrounded product within 1e-3 relative.
         let exact = cpu::matmul(&x, &dense(&w), false);
@@ -400,8 +387,8 @@ fn bf16_checkpoints_are_widened_exactly() {
     assert_eq!(gpu.register(name.clone(), w.clone()).unwrap().storage, Precision::Bf16);
     cpu.register(name.clone(), w.clone()).unwrap();
     let x = random(5, d_in, 32);
-    let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
-    let want = cpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+    let got = gpu.matmul(&plain(&x), &name).unwrap();
+    let want = cpu.matmul(&plain(&x), &name).unwrap();
     assert_product(name.as_str(), &got, &want, &x, &dense(&w));
 }
 
@@ -425,8 +412,8 @@ fn bf16_checkpoints_stored_as_f16_multiply_as_their_roundings() {
     assert_ne!(dense(&rounded), dense(&w), "some value must round");
     cpu.register(name.clone(), rounded.clone()).unwrap();
     let x = random(5, d_in, 34);
-    let got = gpu.matmul(&plain(&x), &name).unwrap().into_matrix();
-    let want = cpu.matmul(&plain(&x), &name).unwrap().into_matrix();
+    let got = gpu.matmul(&plain(&x), &name).unwrap();
+    let want = cpu.matmul(&plain(&x), &name).unwrap();
     assert_product(name.as_str(), &got, &want, &x, &dense(&rounded));
     // Not the bf16 values: the product of those is visibly different.
     let unrounded = cpu::matmul(&x, &dense(&w), false);
@@ -442,8 +429,8 @@ fn dynamic_products_equal_cpu() {
         let a = random(m, k, 40 + i as u64);
         for transpose_b in [false, true] {
             let b = if transpose_b { random(n, k, 50 + i as u64) } else { random(k, n, 60 + i as u64) };
-            let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap().into_matrix();
-            let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap().into_matrix();
+            let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap();
+            let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), transpose_b).unwrap();
             let dense_b = if transpose_b { b.transpose() } else { b.clone() };
             assert_product(&format!("dynamic {m}x{k}x{n} t={transpose_b}"), &got, &want, &a, &dense_b);
         }
@@ -470,9 +457,9 @@ fn batched_dynamic_products_equal_single_ones() {
             let got = gpu.matmul_dynamic_batched(&pairs, transpose_b).unwrap();
             assert_eq!(got.len(), pairs.len());
             for (i, (g, (a, b))) in got.iter().zip(&mats).enumerate() {
-                let want = cpu.matmul_dynamic(&plain(a), &plain(b), transpose_b).unwrap().into_matrix();
+                let want = cpu.matmul_dynamic(&plain(a), &plain(b), transpose_b).unwrap();
                 let dense_b = if transpose_b { b.transpose() } else { b.clone() };
-                assert_product(&format!("pair {i} t={transpose_b}"), g.matrix(), &want, a, &dense_b);
+                assert_product(&format!("pair {i} t={transpose_b}"), g, &want, a, &dense_b);
             }
         }
     }
@@ -491,8 +478,8 @@ fn softmax_rows_equals_cpu_including_masked_entries() {
         if cols > 2 {
             x.set(0, 1, f32::NEG_INFINITY);
         }
-        let got = gpu.softmax_rows(&plain(&x), 0.125).unwrap().into_matrix();
-        let want = cpu.softmax_rows(&plain(&x), 0.125).unwrap().into_matrix();
+        let got = gpu.softmax_rows(&plain(&x), 0.125).unwrap();
+        let want = cpu.softmax_rows(&plain(&x), 0.125).unwrap();
         assert_eq!(got.shape(), want.shape());
         for (g, e) in got.as_slice().iter().zip(want.as_slice()) {
             assert!((g - e).abs() <= 1e-6 + 1e-5 * e.abs(), "softmax {rows}x{cols}: {g} vs {e}");
@@ -505,9 +492,9 @@ fn softmax_rows_equals_cpu_including_masked_entries() {
     // A fully masked row gives zeros, as on the CPU.
     let x =
         Matrix::from_vec(2, 3, vec![f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, 2.0, 3.0]).unwrap();
-    let got = gpu.softmax_rows(&plain(&x), 1.0).unwrap().into_matrix();
+    let got = gpu.softmax_rows(&plain(&x), 1.0).unwrap();
     assert_eq!(got.row(0), &[0.0, 0.0, 0.0]);
-    let want = cpu.softmax_rows(&plain(&x), 1.0).unwrap().into_matrix();
+    let want = cpu.softmax_rows(&plain(&x), 1.0).unwrap();
     for (g, e) in got.row(1).iter().zip(want.row(1)) {
         assert!((g - e).abs() < 1e-6);
     }
@@ -606,8 +593,8 @@ fn concurrent_callers_each_get_their_own_product() {
                 for i in 0..8u64 {
                     let rows = 1 + ((t * 8 + i) % 13) as usize;
                     let x = random(rows, 48, 1000 + t * 100 + i);
-                    let got = gpu.matmul(&plain(&x), &id("threads.w")).unwrap().into_matrix();
-                    let want = cpu.matmul(&plain(&x), &id("threads.w")).unwrap().into_matrix();
+                    let got = gpu.matmul(&plain(&x), &id("threads.w")).unwrap();
+                    let want = cpu.matmul(&plain(&x), &id("threads.w")).unwrap();
                     assert_product(&format!("thread {t} call {i}"), &got, &want, &x, dense_w);
                 }
             });
@@ -624,8 +611,8 @@ fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
     cpu.register(id("tune.w"), w.clone()).unwrap();
     for rows in [5, 7, 8] {
         let x = random(rows, 40, rows as u64);
-        let got = gpu.matmul(&plain(&x), &id("tune.w")).unwrap().into_matrix();
-        let want = cpu.matmul(&plain(&x), &id("tune.w")).unwrap().into_matrix();
+        let got = gpu.matmul(&plain(&x), &id("tune.w")).unwrap();
+        let want = cpu.matmul(&plain(&x), &id("tune.w")).unwrap();
         assert_product(&format!("tuned rows={rows}"), &got, &want, &x, &dense(&w));
     }
     // 5, 7 and 8 rows share the class of 8: tuned once.
@@ -636,15 +623,15 @@ fn autotuning_picks_a_tile_once_per_class_and_keeps_results_exact() {
     // among tiles of exactly its rows; 40 rows go to the class of 64.
     for rows in [36, 72, 40] {
         let x = random(rows, 40, rows as u64);
-        let got = gpu.matmul(&plain(&x), &id("tune.w")).unwrap().into_matrix();
-        let want = cpu.matmul(&plain(&x), &id("tune.w")).unwrap().into_matrix();
+        let got = gpu.matmul(&plain(&x), &id("tune.w")).unwrap();
+        let want = cpu.matmul(&plain(&x), &id("tune.w")).unwrap();
         assert_product(&format!("tuned rows={rows}"), &got, &want, &x, &dense(&w));
     }
     let classes: Vec<usize> = gpu.tuned_plans().iter().map(|t| t.0).collect();
     assert_eq!(classes, [8, 36, 64, 72], "{:?}", gpu.tuned_plans());
     let (a, b) = (random(6, 9, 1), random(11, 9, 2));
-    let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
-    let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap().into_matrix();
+    let got = gpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap();
+    let want = cpu.matmul_dynamic(&plain(&a), &plain(&b), true).unwrap();
     assert_product("tuned dynamic", &got, &want, &a, &b.transpose());
     assert_eq!(gpu.tuned_plans().len(), 5);
 }

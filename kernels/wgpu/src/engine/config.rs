@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use kernels::Precision;
+use tensor::Precision;
 // Named in the docs only.
 #[cfg(doc)]
-use kernels::{EngineInfo, Registered};
+use protocol::{EngineInfo, Registered};
 
 #[cfg(doc)]
 use super::WgpuEngine;

@@ -7,7 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kernels::{EngineError, MaskedView, Matrix};
+use protocol::EngineError;
+use tensor::{Matrix, MatrixView};
 
 use super::{
     WgpuEngine,
@@ -40,7 +41,7 @@ impl WgpuEngine {
                 .map(|z| {
                     // Into a recycled buffer when one is pooled (results are masked data).
                     let mut data = self.buffers.take_empty(z.rows() * z.cols());
-                    kernels::cpu::extend_parallel(&mut data, z.as_slice());
+                    tensor::cpu::extend_parallel(&mut data, z.as_slice());
                     Matrix::from_vec(z.rows(), z.cols(), data).expect("output sized to its shape")
                 })
                 .collect()
@@ -54,7 +55,7 @@ impl WgpuEngine {
         &self,
         job: Job<'_>,
         ours: bool,
-        read: impl FnOnce(&[MaskedView<'_>]) -> R,
+        read: impl FnOnce(&[MatrixView<'_>]) -> R,
     ) -> Result<R, EngineError> {
         self.gpu.check_alive()?;
         let t0 = Instant::now();
@@ -196,7 +197,7 @@ impl WgpuEngine {
         b: CallBytes,
         down_len: u64,
         ours: bool,
-        read: impl FnOnce(&[MaskedView<'_>]) -> R,
+        read: impl FnOnce(&[MatrixView<'_>]) -> R,
     ) -> Result<(R, Option<u64>, Duration), EngineError> {
         let op = job.op;
         let CallBytes { out_bytes, ts_offset, .. } = b;
@@ -222,11 +223,11 @@ impl WgpuEngine {
                 &copied
             }
         };
-        let views: Vec<MaskedView<'_>> = job
+        let views: Vec<MatrixView<'_>> = job
             .outputs
             .iter()
             .map(|&(off, rows, cols)| {
-                MaskedView::from_mixed(rows, cols, &all[off..off + rows * cols]).expect("output sized to its shape")
+                MatrixView::new(rows, cols, &all[off..off + rows * cols]).expect("output sized to its shape")
             })
             .collect();
         let r = Instant::now();

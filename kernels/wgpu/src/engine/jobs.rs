@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use kernels::{
-    EngineError, Masked, Matrix, WeightId, WeightLayout,
+use protocol::{
+    EngineError, Masked,
     engine::{check_operand, dynamic_shape},
 };
+use tensor::{Matrix, WeightId, WeightLayout};
 
 use super::{
     WgpuEngine, compile,

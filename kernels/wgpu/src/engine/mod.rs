@@ -7,7 +7,7 @@
 //! slots, so steady-state calls allocate nothing on the device; several threads each hold
 //! their own slot, so their uploads, kernels and read-backs overlap on the queue.
 //!
-//! This file holds the engine, its opening and the `kernels::Engine` interface; the rest
+//! This file holds the engine, its opening and the `protocol::Engine` interface; the rest
 //! lives along the way of a call: `config` (settings and call statistics), `registry`
 //! (resident weights), `plan` (tile and split choice, autotuning), `jobs` (a call's
 //! dispatches and parameter blocks), `slots` (the pooled call buffers and their bind groups)
@@ -23,7 +23,8 @@ use std::{
     time::Duration,
 };
 
-use kernels::{Engine, EngineError, EngineInfo, Masked, MaskedView, Precision, Registered, Weight, WeightId};
+use protocol::{Engine, EngineError, EngineInfo, Masked, Registered};
+use tensor::{Matrix, MatrixView, Precision, Weight, WeightId};
 
 use crate::{
     device::Gpu,
@@ -269,11 +270,11 @@ impl Engine for WgpuEngine {
         self.unregister_weight(id)
     }
 
-    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Masked>, EngineError> {
+    fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {
         let Some(job) = self.products_job(x, ids)? else {
             return Ok(Vec::new());
         };
-        Ok(self.execute(job)?.into_iter().map(Masked::from_mixed).collect())
+        self.execute(job)
     }
 
     /// The products are lent straight out of the mapped read-back buffer.
@@ -281,7 +282,7 @@ impl Engine for WgpuEngine {
         &self,
         x: &Masked,
         ids: &[WeightId],
-        read: &mut dyn FnMut(&[MaskedView<'_>]),
+        read: &mut dyn FnMut(&[MatrixView<'_>]),
     ) -> Result<(), EngineError> {
         match self.products_job(x, ids)? {
             Some(job) => self.execute_with(job, false, read),
@@ -292,24 +293,24 @@ impl Engine for WgpuEngine {
         }
     }
 
-    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Masked, EngineError> {
+    fn matmul_dynamic(&self, a: &Masked, b: &Masked, transpose_b: bool) -> Result<Matrix, EngineError> {
         let mut out = self.dynamic_call(&[(a, b)], transpose_b)?;
-        Ok(Masked::from_mixed(out.pop().expect("one pair, one product")))
+        Ok(out.pop().expect("one pair, one product"))
     }
 
     fn matmul_dynamic_batched(
         &self,
         pairs: &[(&Masked, &Masked)],
         transpose_b: bool,
-    ) -> Result<Vec<Masked>, EngineError> {
+    ) -> Result<Vec<Matrix>, EngineError> {
         if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.dynamic_call(pairs, transpose_b)?.into_iter().map(Masked::from_mixed).collect())
+        self.dynamic_call(pairs, transpose_b)
     }
 
-    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Masked, EngineError> {
+    fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
         let mut out = self.execute(self.softmax_job(x, scale)?)?;
-        Ok(Masked::from_mixed(out.pop().expect("one output")))
+        Ok(out.pop().expect("one output"))
     }
 }

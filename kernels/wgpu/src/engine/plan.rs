@@ -3,10 +3,11 @@
 
 use std::{sync::Arc, time::Instant};
 
-use kernels::{
-    EngineError, Masked, Matrix, Precision, WeightId, WeightLayout,
+use protocol::{
+    EngineError, Masked,
     engine::{check_operand, dynamic_shape},
 };
+use tensor::{Matrix, Precision, WeightId, WeightLayout};
 
 use super::{
     WgpuEngine,
@@ -234,7 +235,7 @@ impl WgpuEngine {
         x: &Masked,
         id: &WeightId,
         repeat: u32,
-    ) -> Result<(Masked, Option<f64>), EngineError> {
+    ) -> Result<(Matrix, Option<f64>), EngineError> {
         let w = self.weight(id)?;
         check_operand("matmul", x, w.d_in)?;
         let ws = [w];
@@ -244,7 +245,7 @@ impl WgpuEngine {
         job.repeat = repeat;
         let (mut out, gpu, _) = self.timed_execute(job)?;
         let secs = gpu.map(|ns| ns as f64 * 1e-9 / f64::from(repeat));
-        Ok((Masked::from_mixed(out.pop().expect("one product")), secs))
+        Ok((out.pop().expect("one product"), secs))
     }
 
     /// Shape class of a dynamic call, for tuning: `None` when the pairs differ in shape.

@@ -3,7 +3,8 @@
 
 use std::sync::{Arc, atomic::Ordering};
 
-use kernels::{EngineError, Precision, Registered, Weight, WeightId};
+use protocol::{EngineError, Registered};
+use tensor::{Precision, Weight, WeightId};
 
 use super::WgpuEngine;
 use crate::weights::{self, GpuWeight};
@@ -19,7 +20,7 @@ impl WgpuEngine {
             .ok_or_else(|| EngineError::UnknownWeight(id.clone()))
     }
 
-    /// [`kernels::Engine::register`]: packs `weight` as the configuration says, checks it
+    /// [`protocol::Engine::register`]: packs `weight` as the configuration says, checks it
     /// against the device's limits and the memory budget, and uploads it.
     pub(super) fn register_weight(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
         weight.check(&id)?;
@@ -87,7 +88,7 @@ impl WgpuEngine {
         Ok(Registered { storage })
     }
 
-    /// [`kernels::Engine::unregister`].
+    /// [`protocol::Engine::unregister`].
     pub(super) fn unregister_weight(&self, id: &WeightId) -> Result<(), EngineError> {
         let w = self
             .weights

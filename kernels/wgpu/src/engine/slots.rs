@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, num::NonZeroU64, sync::atomic::Ordering};
 
-use kernels::EngineError;
+use protocol::EngineError;
 
 use super::{WgpuEngine, jobs::WSource};
 use crate::shaders::PARAMS_BYTES;

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use kernels::WeightLayout;
+use tensor::WeightLayout;
 
 use super::{BINDINGS, COOP_PAD, COOP_THREADS, GemmKey, Tile, WeightType};
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use kernels::WeightLayout;
+use tensor::WeightLayout;
 
 use super::{BINDINGS, GemmKey, Tile, WeightType, coop::coop_wgsl, skinny::skinny_wgsl};
 

@@ -17,7 +17,7 @@
 //! in `softmax.rs`. This file holds what they share: tiles, pipeline keys and the parameter
 //! blocks the host writes.
 
-use kernels::WeightLayout;
+use tensor::WeightLayout;
 
 mod coop;
 mod gemm;

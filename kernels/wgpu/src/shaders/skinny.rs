@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use kernels::WeightLayout;
+use tensor::WeightLayout;
 
 use super::{GemmKey, Tile, WeightType};
 

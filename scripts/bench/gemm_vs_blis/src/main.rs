@@ -1,4 +1,4 @@
-//! f32 GEMM, the `gemm` crate (as `kernels::cpu::sgemm` calls it) against BLIS's
+//! f32 GEMM, the `gemm` crate (as `tensor::cpu::sgemm` calls it) against BLIS's
 //! `cblas_sgemm`, on the TEE's own product shapes. Row-major `C = A·B`, A m×k, B k×n.
 //!
 //! usage: gemm-vs-blis <gemm|blis|engine> <threads>
@@ -39,7 +39,7 @@ fn gemm_f32(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], bt: bool, c: &mu
     // B is k×n row-major, or (bt) n×k row-major and used transposed.
     let (b_cs, b_rs) = if bt { (k as isize, 1) } else { (1, n as isize) };
     // SAFETY: the slices hold the row-major operands the strides describe; `c` is exclusive.
-    // Argument order and strides as in kernels/src/cpu/mod.rs (`sgemm_impl`).
+    // Argument order and strides as in services/tee/tensor/src/cpu/mod.rs (`sgemm_impl`).
     unsafe {
         gemm::gemm(
             m,
@@ -104,10 +104,12 @@ fn measure(mut f: impl FnMut()) -> (usize, f64) {
 }
 
 /// The CPU engine's own weight product (`Engine::matmul`), which for at most
-/// `kernels::cpu::SMALL_M` rows streams the weight instead of calling `gemm`.
+/// `tensor::cpu::SMALL_M` rows streams the weight instead of calling `gemm`.
 #[cfg(feature = "engine")]
 mod engine {
-    use kernels::{CpuEngine, Engine, Masked, Matrix, Weight, WeightId, WeightLayout};
+    use kernels::CpuEngine;
+    use protocol::{Engine, Masked, danger::expose_plaintext};
+    use tensor::{Matrix, Weight, WeightId, WeightLayout};
 
     pub struct Product {
         engine: CpuEngine,
@@ -122,12 +124,12 @@ mod engine {
             let id = WeightId::from("w");
             let layout = if bt { WeightLayout::OutIn } else { WeightLayout::InOut };
             engine.register(id.clone(), Weight::f32(k, n, layout, b.to_vec())).unwrap();
-            let x = Masked::from_mixed(Matrix::from_vec(m, k, a.to_vec()).unwrap());
+            let x = expose_plaintext(Matrix::from_vec(m, k, a.to_vec()).unwrap());
             Product { engine, id, x }
         }
 
         pub fn run(&self) -> Matrix {
-            self.engine.matmul(&self.x, &self.id).unwrap().into_matrix()
+            self.engine.matmul(&self.x, &self.id).unwrap()
         }
     }
 }

@@ -1,0 +1,9 @@
+pub mod attest;
+pub mod config;
+pub mod engine;
+pub mod gateway;
+pub mod models;
+pub mod rag;
+pub mod serve;
+pub mod telemetry;
+pub mod up;

@@ -1,0 +1,87 @@
+//! `gelo`: one binary for every role and tool. Each subcommand lives in `commands/`.
+
+mod commands;
+
+/// Activations and engine results are tens of megabytes per call; glibc serves such blocks
+/// with fresh mmaps (page faults and zeroing every time), mimalloc reuses them.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "gelo", version, about = "Confidential RAG on untrusted GPUs")]
+struct Cli {
+    /// YAML/JSON file of flag values (flags and GELO_* variables override it).
+    #[arg(long, global = true, env = "GELO_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Attestation: mock PKI, issue and verify SEV-SNP evidence, benchmark.
+    Attest(commands::attest::Args),
+    /// Measure the protocol: masked/plain ratio of transformer-block linears.
+    Bench(bench::Args),
+    /// Serve an embedding model over gRPC (RA-TLS, masked).
+    Embedder(commands::serve::ServiceArgs),
+    /// Serve a reranking model over gRPC (RA-TLS, masked).
+    Reranker(commands::serve::ServiceArgs),
+    /// Serve a generation model over gRPC (RA-TLS, masked, streaming).
+    Generator(commands::serve::ServiceArgs),
+    /// Embed texts (one JSON array per text).
+    Embed(commands::models::EmbedArgs),
+    /// Generate text with a decoder LLM.
+    Generate(commands::models::GenerateArgs),
+    /// Evaluate a model.
+    #[command(subcommand)]
+    Eval(commands::models::EvalArgs),
+    /// Model files: identity, hub download.
+    #[command(subcommand)]
+    Model(commands::models::ModelArgs),
+    /// Serve the RAG gateway: attested routing, sealed document store, gRPC and OpenAI HTTP.
+    Gateway(Box<commands::gateway::GatewayArgs>),
+    /// Run the whole pipeline on this machine (mock attestation) until Ctrl-C.
+    Up(commands::up::UpArgs),
+    /// Ingest files into the running gateway's store (`gelo rag ingest`).
+    Ingest(commands::rag::IngestArgs),
+    /// Ask the running gateway a question; streams the answer with citations (`gelo rag query`).
+    Query(commands::rag::QueryArgs),
+    /// Retrieve passages from the running gateway (`gelo rag search`).
+    Search(commands::rag::SearchArgs),
+    /// Clients of a gateway: ingest, query, search, delete, stats, eval, bench.
+    #[command(subcommand)]
+    Rag(commands::rag::RagCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    commands::config::load_config_file()?;
+    let cli = Cli::parse();
+    // A model service may export traces (its flags say where); everything else only logs.
+    let otlp = match &cli.command {
+        Command::Embedder(a) => a.otlp(commands::serve::Role::Embedder),
+        Command::Reranker(a) => a.otlp(commands::serve::Role::Reranker),
+        Command::Generator(a) => a.otlp(commands::serve::Role::Generator),
+        _ => None,
+    };
+    let _telemetry = commands::telemetry::init(otlp)?;
+    match cli.command {
+        Command::Attest(args) => commands::attest::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Embedder(args) => commands::serve::run(commands::serve::Role::Embedder, args),
+        Command::Reranker(args) => commands::serve::run(commands::serve::Role::Reranker, args),
+        Command::Generator(args) => commands::serve::run(commands::serve::Role::Generator, args),
+        Command::Embed(args) => commands::models::embed(args),
+        Command::Generate(args) => commands::models::generate(args),
+        Command::Eval(args) => commands::models::eval(args),
+        Command::Model(args) => commands::models::model(args),
+        Command::Gateway(args) => commands::gateway::run(*args),
+        Command::Up(args) => commands::up::run(args),
+        Command::Ingest(args) => commands::rag::run(commands::rag::RagCommand::Ingest(args)),
+        Command::Query(args) => commands::rag::run(commands::rag::RagCommand::Query(args)),
+        Command::Search(args) => commands::rag::run(commands::rag::RagCommand::Search(args)),
+        Command::Rag(cmd) => commands::rag::run(cmd),
+    }
+}

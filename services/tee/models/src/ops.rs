@@ -1,0 +1,159 @@
+//! TEE-side tensor operations: norms, activations, RoPE, pooling. Everything here runs on
+//! plaintext inside the CVM and never reaches the engine.
+
+use rayon::prelude::*;
+use tensor::{Matrix, cpu::PAR_MIN_LEN};
+
+/// `x ← LayerNorm(x)·w + b`, row by row.
+pub fn layer_norm(x: &mut Matrix, w: &[f32], b: &[f32], eps: f32) {
+    let d = x.cols();
+    x.as_mut_slice().par_chunks_mut(d).with_min_len(rows_per_piece(d)).for_each(|row| {
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+        let inv = 1.0 / (var + eps as f64).sqrt();
+        for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
+            *v = ((*v as f64 - mean) * inv) as f32 * wi + bi;
+        }
+    });
+}
+
+/// Rows of width `d` per parallel piece: decode's few rows stay on the calling thread.
+fn rows_per_piece(d: usize) -> usize {
+    PAR_MIN_LEN.div_ceil(d.max(1))
+}
+
+/// RMSNorm of one row into `out`.
+pub fn rms_norm_row(row: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ms = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / row.len() as f64;
+    let inv = (1.0 / (ms + eps as f64).sqrt()) as f32;
+    for ((o, &v), &wi) in out.iter_mut().zip(row).zip(w) {
+        *o = v * inv * wi;
+    }
+}
+
+/// RMSNorm of every row.
+pub fn rms_norm(x: &Matrix, w: &[f32], eps: f32) -> Matrix {
+    let d = x.cols();
+    let mut out = Matrix::zeros(x.rows(), d);
+    out.as_mut_slice()
+        .par_chunks_mut(d)
+        .zip(x.as_slice().par_chunks(d))
+        .with_min_len(rows_per_piece(d))
+        .for_each(|(o, r)| rms_norm_row(r, w, eps, o));
+    out
+}
+
+/// Adds `bias` to every row.
+pub fn add_bias(x: &mut Matrix, bias: &[f32]) {
+    let d = x.cols();
+    x.as_mut_slice()
+        .par_chunks_mut(d)
+        .with_min_len(rows_per_piece(d))
+        .for_each(|row| row.iter_mut().zip(bias).for_each(|(v, b)| *v += b));
+}
+
+/// `x ← x + y`.
+pub fn add_in_place(x: &mut Matrix, y: &Matrix) {
+    x.as_mut_slice().par_iter_mut().zip(y.as_slice().par_iter()).with_min_len(PAR_MIN_LEN).for_each(|(a, b)| *a += b);
+}
+
+/// Exact GELU, `x·Φ(x)` (BERT's `gelu`).
+pub fn gelu(x: &mut Matrix) {
+    x.as_mut_slice()
+        .par_iter_mut()
+        .with_min_len(PAR_MIN_LEN)
+        .for_each(|v| *v = 0.5 * *v * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2)));
+}
+
+/// `silu(gate) ⊙ up`, into `gate`.
+pub fn swiglu(gate: &mut Matrix, up: &Matrix) {
+    gate.as_mut_slice().par_iter_mut().zip(up.as_slice().par_iter()).with_min_len(PAR_MIN_LEN).for_each(|(g, &u)| {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    });
+}
+
+/// Rotary position embedding in the Hugging Face `rotate_half` layout: inside each head,
+/// element `i` rotates with `i + rot/2` by `pos·θ^(−2i/rot)`.
+pub struct Rope {
+    inv_freq: Vec<f32>,
+    rot: usize,
+}
+
+impl Rope {
+    pub fn new(theta: f32, rot: usize) -> Self {
+        // Computed in f32 as transformers does, so positions match its rounding.
+        let inv_freq = (0..rot / 2).map(|i| 1.0 / theta.powf((2 * i) as f32 / rot as f32)).collect();
+        Rope { inv_freq, rot }
+    }
+
+    /// The rotation of positions `pos0..pos0 + n`, computed once for all heads and layers
+    /// of a forward pass.
+    pub fn at(&self, pos0: usize, n: usize) -> RopeAngles {
+        let half = self.rot / 2;
+        let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
+        for t in 0..n {
+            for &f in &self.inv_freq {
+                let (s, c) = ((pos0 + t) as f32 * f).sin_cos();
+                cos.push(c);
+                sin.push(s);
+            }
+        }
+        RopeAngles { cos, sin, half }
+    }
+}
+
+/// `cos` and `sin` of every rotation angle at some positions (see [`Rope::at`]).
+pub struct RopeAngles {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    half: usize,
+}
+
+impl RopeAngles {
+    /// Rotates one head vector at the `t`-th of the positions.
+    pub fn rotate(&self, t: usize, head: &mut [f32]) {
+        let h = self.half;
+        let (cos, sin) = (&self.cos[t * h..(t + 1) * h], &self.sin[t * h..(t + 1) * h]);
+        let (lo, hi) = head[..2 * h].split_at_mut(h);
+        for (((a, b), &c), &s) in lo.iter_mut().zip(hi).zip(cos).zip(sin) {
+            let (x, y) = (*a, *b);
+            *a = x * c - y * s;
+            *b = y * c + x * s;
+        }
+    }
+}
+
+/// Scales `v` to unit L2 norm (zero stays zero).
+pub fn l2_normalize(v: &mut [f32]) {
+    let n = v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
+    if n > 0.0 {
+        v.iter_mut().for_each(|x| *x = (*x as f64 / n) as f32);
+    }
+}
+
+/// Columns `start..start + width` of rows `r0..r1` as a new matrix.
+pub fn block(x: &Matrix, r0: usize, r1: usize, start: usize, width: usize) -> Matrix {
+    let mut out = Matrix::zeros(r1 - r0, width);
+    for r in r0..r1 {
+        out.row_mut(r - r0).copy_from_slice(&x.row(r)[start..start + width]);
+    }
+    out
+}
+
+/// Writes `src` into columns `start..` of rows `r0..` of `x`.
+pub fn put_block(x: &mut Matrix, r0: usize, start: usize, src: &Matrix) {
+    for r in 0..src.rows() {
+        x.row_mut(r0 + r)[start..start + src.cols()].copy_from_slice(src.row(r));
+    }
+}
+
+/// Cosine similarity of two vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        dot += x as f64 * y as f64;
+        na += x as f64 * x as f64;
+        nb += y as f64 * y as f64;
+    }
+    (dot / (na.sqrt() * nb.sqrt()).max(f64::MIN_POSITIVE)) as f32
+}

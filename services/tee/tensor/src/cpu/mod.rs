@@ -1,0 +1,352 @@
+//! The TEE's own CPU math: blocked GEMM (the `gemm` crate's packed SIMD kernels on rayon),
+//! the few-row product that streams a weight once, softmax, and the thresholds below which
+//! forking onto rayon's pool does not pay. The protocol and the models run on these; the
+//! untrusted CPU engine reuses them for its products.
+
+use rayon::prelude::*;
+
+use crate::{Matrix, WeightLayout};
+
+/// `x · W` for a public weight of shape `(d_in, d_out)` held as f32 in `layout`: few rows
+/// stream the weight once ([`SMALL_M`]), more go through the blocked GEMM.
+pub fn linear(x: &Matrix, d_in: usize, d_out: usize, layout: WeightLayout, w: &[f32]) -> Matrix {
+    let mut out = Matrix::zeros(x.rows(), d_out);
+    if x.rows() <= SMALL_M {
+        small_m(x, d_in, d_out, layout, w, out.as_mut_slice());
+        return out;
+    }
+    let (rs, cs) = match layout {
+        WeightLayout::InOut => (d_out, 1),
+        WeightLayout::OutIn => (1, d_in),
+    };
+    sgemm(x.rows(), d_out, d_in, x.as_slice(), (x.cols(), 1), w, (rs, cs), out.as_mut_slice());
+    out
+}
+
+/// Flops below which splitting TEE work over rayon's pool costs more than it saves. A fork
+/// wakes sleeping workers, and on a virtual machine's vCPUs a wake-up takes tens of
+/// microseconds, about what one core needs for this much arithmetic. A decode step runs
+/// hundreds of operations far smaller than this (norms, residuals, one row's attention).
+pub const PAR_MIN_FLOPS: usize = 1 << 20;
+
+/// Element updates below which a parallel elementwise pass costs more than it saves (see
+/// [`PAR_MIN_FLOPS`]): the least length of one parallel piece.
+pub const PAR_MIN_LEN: usize = 1 << 15;
+
+/// Whether work of `flops` is worth a rayon fork.
+pub fn worth_parallel(flops: usize) -> bool {
+    flops >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1
+}
+
+/// Elements from which [`extend_parallel`] splits a copy over the pool (1 MiB of f32).
+pub const PAR_COPY_MIN: usize = 1 << 18;
+
+/// `dst.extend_from_slice(src)`, in pieces of 256 KiB on rayon's pool when `src` is at
+/// least [`PAR_COPY_MIN`] long: reading a large product out of a mapped read-back buffer
+/// on one core runs at ~10 GB/s (a masked B = 8 decode step reads back 44 MB of logits).
+pub fn extend_parallel(dst: &mut Vec<f32>, src: &[f32]) {
+    if src.len() < PAR_COPY_MIN || rayon::current_num_threads() < 2 {
+        dst.extend_from_slice(src);
+        return;
+    }
+    const PIECE: usize = 1 << 16;
+    dst.reserve(src.len());
+    let start = dst.len();
+    dst.spare_capacity_mut()[..src.len()].par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| {
+        d.iter_mut().zip(s).for_each(|(d, &v)| {
+            d.write(v);
+        })
+    });
+    // SAFETY: the loop above initialised the first `src.len()` elements of the spare
+    // capacity, which `reserve` made at least that long.
+    unsafe { dst.set_len(start + src.len()) };
+}
+
+/// Up to this many rows, products stream the weight once (`small_m`) instead of packing
+/// it for a blocked GEMM: decode steps (one row plus shield rows) are weight-bandwidth
+/// bound, and packing would read and write the whole weight again.
+pub const SMALL_M: usize = 32;
+
+/// `y = x·W` for few rows: every weight element is read once from memory and used for all
+/// rows while it is in cache. Parallel over output columns.
+fn small_m(x: &Matrix, d_in: usize, d_out: usize, layout: WeightLayout, w: &[f32], y: &mut [f32]) {
+    let m = x.rows();
+    match layout {
+        // Row o of W is the weights of output o: m dot products per weight row.
+        WeightLayout::OutIn => {
+            const OB: usize = 32;
+            let mut yt = vec![0.0f32; d_out * m];
+            yt.par_chunks_mut(OB * m).enumerate().for_each(|(c, chunk)| {
+                let o0 = c * OB;
+                let rows = chunk.len() / m;
+                outin_chunk(x.as_slice(), m, &w[o0 * d_in..(o0 + rows) * d_in], chunk);
+            });
+            for o in 0..d_out {
+                for j in 0..m {
+                    y[j * d_out + o] = yt[o * m + j];
+                }
+            }
+        }
+        // Row i of W feeds every output: m axpys per weight row, on a column slice that
+        // stays in L1.
+        WeightLayout::InOut => {
+            const CB: usize = 256;
+            let blocks = d_out.div_ceil(CB);
+            let parts: Vec<Vec<f32>> = (0..blocks)
+                .into_par_iter()
+                .map(|b| {
+                    let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
+                    let mut acc = vec![0.0f32; m * (c1 - c0)];
+                    inout_block(x.as_slice(), m, d_in, w, d_out, c0, c1, &mut acc);
+                    acc
+                })
+                .collect();
+            for (b, acc) in parts.iter().enumerate() {
+                let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
+                for j in 0..m {
+                    y[j * d_out + c0..j * d_out + c1].copy_from_slice(&acc[j * (c1 - c0)..(j + 1) * (c1 - c0)]);
+                }
+            }
+        }
+    }
+}
+
+/// `out[k·m + j] = x_j · W_k` for the weight rows in `w_rows` (each `x.len()/m` long).
+fn outin_chunk(x: &[f32], m: usize, w_rows: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA.
+        return unsafe { outin_chunk_avx2(x, m, w_rows, out) };
+    }
+    let d_in = x.len() / m;
+    for (k, o) in out.chunks_exact_mut(m).enumerate() {
+        let wrow = &w_rows[k * d_in..(k + 1) * d_in];
+        for (j, v) in o.iter_mut().enumerate() {
+            *v = crate::simd::dot_portable(&x[j * d_in..(j + 1) * d_in], wrow);
+        }
+    }
+}
+
+/// Register-blocked version: tiles of 4 weight rows × 2 input rows, so every 8-float load
+/// of a weight row feeds two FMAs and every load of an input row feeds four.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn outin_chunk_avx2(x: &[f32], m: usize, w_rows: &[f32], out: &mut [f32]) {
+    let d_in = x.len() / m;
+    let rows = out.len() / m;
+    let mut k0 = 0;
+    while k0 < rows {
+        let kn = (rows - k0).min(4);
+        let mut j0 = 0;
+        while j0 < m {
+            let jn = (m - j0).min(2);
+            // SAFETY: k0 + kn ≤ rows and j0 + jn ≤ m keep the tile inside both operands.
+            unsafe {
+                match (kn, jn) {
+                    (4, 2) => tile::<4, 2>(x, d_in, j0, w_rows, k0, m, out),
+                    (4, 1) => tile::<4, 1>(x, d_in, j0, w_rows, k0, m, out),
+                    (3, 2) => tile::<3, 2>(x, d_in, j0, w_rows, k0, m, out),
+                    (3, 1) => tile::<3, 1>(x, d_in, j0, w_rows, k0, m, out),
+                    (2, 2) => tile::<2, 2>(x, d_in, j0, w_rows, k0, m, out),
+                    (2, 1) => tile::<2, 1>(x, d_in, j0, w_rows, k0, m, out),
+                    (1, 2) => tile::<1, 2>(x, d_in, j0, w_rows, k0, m, out),
+                    _ => tile::<1, 1>(x, d_in, j0, w_rows, k0, m, out),
+                }
+            }
+            j0 += jn;
+        }
+        k0 += kn;
+    }
+}
+
+/// `out[(k0+k)·m + j0+j] = x_{j0+j} · W_{k0+k}` for `k < KN`, `j < JN`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const KN: usize, const JN: usize>(
+    x: &[f32],
+    d_in: usize,
+    j0: usize,
+    w: &[f32],
+    k0: usize,
+    m: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); KN]; JN];
+    let xp: [*const f32; JN] = std::array::from_fn(|j| x[(j0 + j) * d_in..].as_ptr());
+    let wp: [*const f32; KN] = std::array::from_fn(|k| w[(k0 + k) * d_in..].as_ptr());
+    let mut i = 0;
+    while i + 8 <= d_in {
+        // SAFETY: i + 8 ≤ d_in, and every row pointer starts a full row of d_in floats.
+        unsafe {
+            let wv: [__m256; KN] = std::array::from_fn(|k| _mm256_loadu_ps(wp[k].add(i)));
+            for j in 0..JN {
+                let xv = _mm256_loadu_ps(xp[j].add(i));
+                for k in 0..KN {
+                    acc[j][k] = _mm256_fmadd_ps(xv, wv[k], acc[j][k]);
+                }
+            }
+        }
+        i += 8;
+    }
+    for j in 0..JN {
+        for k in 0..KN {
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` holds 8 floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc[j][k]) };
+            let mut s: f32 = lanes.iter().sum();
+            let (xr, wr) = (&x[(j0 + j) * d_in..(j0 + j + 1) * d_in], &w[(k0 + k) * d_in..(k0 + k + 1) * d_in]);
+            for t in i..d_in {
+                s += xr[t] * wr[t];
+            }
+            out[(k0 + k) * m + j0 + j] = s;
+        }
+    }
+}
+
+crate::simd_dispatch! {
+    /// Columns `c0..c1` of `x·W` (W row-major `d_in×d_out`) into `acc` (`m×(c1−c0)`).
+    #[allow(clippy::too_many_arguments)]
+    fn inout_block(x: &[f32], m: usize, d_in: usize, w: &[f32], d_out: usize, c0: usize, c1: usize, acc: &mut [f32]) {
+        let wb = c1 - c0;
+        for i in 0..d_in {
+            let wseg = &w[i * d_out + c0..i * d_out + c1];
+            for j in 0..m {
+                let xv = x[j * d_in + i];
+                for (a, &wv) in acc[j * wb..(j + 1) * wb].iter_mut().zip(wseg) {
+                    *a += xv * wv;
+                }
+            }
+        }
+    }
+}
+
+/// Numerically stable softmax of `scale · row`, in place.
+pub fn softmax_in_place(row: &mut [f32], scale: f32) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v * scale));
+    if max == f32::NEG_INFINITY {
+        // Every entry masked out: define the result as uniform zero weight.
+        row.iter_mut().for_each(|v| *v = 0.0);
+        return;
+    }
+    let mut sum = 0.0f32;
+    for v in row.iter_mut() {
+        *v = (*v * scale - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    row.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// `c = a · b` for row-major `a (m×k)` with strides `(row, col)` and `b (k×n)` with
+/// arbitrary strides, into a contiguous row-major `c (m×n)`. Multithreaded through rayon
+/// when the product is large enough to pay for it.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_strides: (usize, usize),
+    b: &[f32],
+    b_strides: (usize, usize),
+    c: &mut [f32],
+) {
+    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, false);
+}
+
+/// `c += a · b`, with the shapes and strides of [`sgemm`].
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_acc(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_strides: (usize, usize),
+    b: &[f32],
+    b_strides: (usize, usize),
+    c: &mut [f32],
+) {
+    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, true);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sgemm_impl(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_strides: (usize, usize),
+    b: &[f32],
+    b_strides: (usize, usize),
+    c: &mut [f32],
+    accumulate: bool,
+) {
+    assert!(c.len() >= m * n, "sgemm output too small");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c[..m * n].iter_mut().for_each(|v| *v = 0.0);
+        }
+        return;
+    }
+    let max_a = (m - 1) * a_strides.0 + (k - 1) * a_strides.1;
+    let max_b = (k - 1) * b_strides.0 + (n - 1) * b_strides.1;
+    assert!(max_a < a.len() && max_b < b.len(), "sgemm operand too small for its strides");
+    let flops = 2 * m * n * k;
+    let par = if worth_parallel(flops) {
+        gemm::Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the asserts above keep every index the kernel touches inside the slices;
+    // `c` is exclusively borrowed and does not alias `a` or `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            a_strides.1 as isize,
+            a_strides.0 as isize,
+            b.as_ptr(),
+            b_strides.1 as isize,
+            b_strides.0 as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// `a · b` (or `a · bᵀ`) for plain matrices: the CPU's dense product, used TEE-side too.
+pub fn matmul(a: &Matrix, b: &Matrix, transpose_b: bool) -> Matrix {
+    let (k, n, bs) =
+        if transpose_b { (b.cols(), b.rows(), (1, b.cols())) } else { (b.rows(), b.cols(), (b.cols(), 1)) };
+    assert_eq!(a.cols(), k, "matmul inner dimensions differ");
+    let mut c = Matrix::zeros(a.rows(), n);
+    sgemm(a.rows(), n, k, a.as_slice(), (a.cols(), 1), b.as_slice(), bs, c.as_mut_slice());
+    c
+}
+
+/// `aᵀ · b` for plain matrices.
+pub fn matmul_tn(a: &Matrix, b: &Matrix) -> Matrix {
+    assert_eq!(a.rows(), b.rows(), "matmul_tn inner dimensions differ");
+    let (m, k, n) = (a.cols(), a.rows(), b.cols());
+    let mut c = Matrix::zeros(m, n);
+    sgemm(m, n, k, a.as_slice(), (1, a.cols()), b.as_slice(), (b.cols(), 1), c.as_mut_slice());
+    c
+}
+
+#[cfg(test)]
+mod tests;
