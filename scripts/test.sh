@@ -12,6 +12,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings -D clippy::too_man
 # No source file over 800 lines (generated code is written under the target dir, not here).
 long=$(git ls-files '*.rs' | xargs wc -l | awk '$2 != "total" && $1 > 800')
 if [ -n "$long" ]; then echo "source files over 800 lines:" >&2; echo "$long" >&2; exit 1; fi
+# No two modules of a crate import each other; the README's layout answers hold for the code.
+python3 scripts/import_loops.py
+python3 scripts/layout_check.py
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::verify::VerifyError;
+use crate::rejection::VerifyError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttestError {

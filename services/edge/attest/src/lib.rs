@@ -6,21 +6,24 @@
 //! - [`report`]: the ATTESTATION_REPORT layout and its raw signature.
 //! - [`issuer`]: reports from `/dev/sev-guest` (`HardwareIssuer`) or a mock AMD-SP (`MockIssuer`).
 //! - [`derived_key`]: keys the AMD-SP derives from the launch (`SNP_GET_DERIVED_KEY`), for sealing.
-//! - [`verify`]: where evidence is verified; every rejection is a distinct `VerifyError`.
+//! - [`verify`]: where evidence is verified; every rejection is a distinct `VerifyError`
+//!   ([`rejection`]).
 //! - [`policy`]: what a verifier accepts (JSON/YAML).
 //! - [`ratls`]: RA-TLS certificates, rustls verifiers (`ratls::danger`), tonic transport.
-//! - [`service`]: `Attestation.GetEvidence` server and the client-side `challenge`.
+//! - [`service`]: the `Attestation.GetEvidence` server; [`challenge`] its client side.
 //!
 //! Kept free of model code so the operator and the gateway can depend on it cheaply.
 
 pub mod amd;
 pub mod binding;
+pub mod challenge;
 pub mod derived_key;
 mod error;
 pub mod evidence;
 pub mod issuer;
 pub mod policy;
 pub mod ratls;
+pub mod rejection;
 pub mod report;
 pub mod service;
 pub mod verify;
@@ -36,5 +39,6 @@ pub use policy::{CrlSource, Hex, MaskedRequirements, Policy, TrustedRoot};
 pub use ratls::ServerIdentity;
 pub use ratls::danger::ExpectedPeer;
 pub use report::Tcb;
-pub use service::{AttestationService, challenge, random_nonce};
+pub use challenge::{challenge, random_nonce};
+pub use service::AttestationService;
 pub use verify::{ExpectedBinding, Verified, VerifiedReport, VerifiedSummary, Verifier, VerifyError, verify};

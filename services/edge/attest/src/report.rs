@@ -10,7 +10,7 @@ use std::ops::Range;
 use sev::firmware::guest::AttestationReport;
 use sev::parser::ByteParser;
 
-use crate::verify::VerifyError;
+use crate::rejection::VerifyError;
 
 /// Size of an ATTESTATION_REPORT.
 pub const REPORT_LEN: usize = 1184;

@@ -11,8 +11,9 @@
 //! - [`chunker`]: documents into passages by the embedder's tokens.
 //! - [`docstore`]: the sealed store on disk and its key.
 //! - [`prompt`]: the RAG prompt and citation checking.
-//! - [`grpc`], [`openai`]: the two front doors; on the HTTP one also [`documents`] (add
-//!   documents), [`trust`] (the backends' verified state) and [`console`] (the web page).
+//! - [`grpc`], [`http`]: the two front doors; the HTTP one is OpenAI-compatible and also
+//!   serves `http::documents` (add documents), `http::trust` (the backends' verified
+//!   state) and [`console`] (the web page).
 //! - [`error`]: the one error type and its gRPC mapping.
 //!
 //! [`run`] puts them together: the `gelo gateway` command is a thin shell around it.
@@ -21,15 +22,13 @@ pub mod backends;
 pub mod chunker;
 pub mod console;
 pub mod docstore;
-pub mod documents;
 pub mod error;
 pub mod focus;
 pub mod grpc;
-pub mod openai;
+pub mod http;
 pub mod pipeline;
 pub mod prompt;
 pub mod roles;
-pub mod trust;
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -185,7 +184,7 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
 
     let shutdown = shutdown.shared();
     if let Some(l) = http_listener {
-        let app = openai::router(pipeline.clone(), metrics.clone());
+        let app = http::router(pipeline.clone(), metrics.clone());
         let stop = shutdown.clone();
         tokio::spawn(async move {
             if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {

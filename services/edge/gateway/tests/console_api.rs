@@ -108,7 +108,7 @@ async fn gateway(specs: &[BackendSpec], data: &std::path::Path) -> SocketAddr {
     let settings = Settings { max_document_bytes: MAX_DOCUMENT_BYTES, ..Default::default() };
     let chunker = Chunker::load(&minilm(), 200, 40).unwrap();
     let pipeline = Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings });
-    let app = gateway::openai::router(pipeline, server::Metrics::new("gateway"));
+    let app = gateway::http::router(pipeline, server::Metrics::new("gateway"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

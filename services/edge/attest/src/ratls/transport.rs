@@ -238,14 +238,14 @@ impl AttestedChannel {
 /// Evidence for a new random nonce over `channel`, bound to the same TLS key and identities
 /// as `peer` proved.
 async fn challenge_same_peer(channel: Channel, peer: &Verified, policy: &Policy) -> Result<Verified> {
-    let nonce = crate::service::random_nonce();
+    let nonce = crate::challenge::random_nonce();
     let expected = ExpectedBinding {
         model_identity: Some(*peer.model_identity()),
         scheme_identity: Some(*peer.scheme_identity()),
         tls_spki_sha256: Some(*peer.tls_spki_sha256()),
         nonce: nonce.to_vec(),
     };
-    crate::service::challenge(channel, &nonce, &expected, policy).await
+    crate::challenge::challenge(channel, &nonce, &expected, policy).await
 }
 
 /// Connects a tonic channel to `target` (`host:port`) over RA-TLS. Fails before any request

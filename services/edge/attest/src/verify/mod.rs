@@ -8,7 +8,6 @@
 //! expected binding, REPORT_DATA, and the claim-level policy (model, scheme, role
 //! allowlists, and the protection a model service runs). The first failure is returned.
 
-mod error;
 mod revocation;
 
 use std::time::{Duration, SystemTime};
@@ -16,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use sev::certs::snp::Verifiable;
 use x509_cert::der::{Decode, Encode};
 
-pub use error::{CertRole, REASONS, VerifyError};
+pub use crate::rejection::{CertRole, REASONS, VerifyError};
 
 use crate::amd::{self, VcekExtensions};
 use crate::binding::{report_data, scheme_identity};

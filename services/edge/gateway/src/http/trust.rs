@@ -19,7 +19,8 @@ use axum::{Json, extract::State};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::{backends::BackendStatus, openai::St};
+use super::St;
+use crate::backends::BackendStatus;
 
 pub(crate) async fn report(State(s): St) -> Json<Value> {
     let t = Instant::now();

@@ -1,8 +1,6 @@
 //! Why evidence was rejected. Each variant has a stable machine name ([`VerifyError::reason`])
 //! for log fields, metric labels and a CRD status; the `Display` text is for humans.
 
-use crate::report::Tcb;
-
 /// Which certificate of the chain an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CertRole {
@@ -174,7 +172,7 @@ impl VerifyError {
         }
     }
 
-    pub(crate) fn tcb_mismatch(vcek: Tcb, report: Tcb) -> Self {
+    pub(crate) fn tcb_mismatch(vcek: impl std::fmt::Display, report: impl std::fmt::Display) -> Self {
         Self::VcekTcbMismatch { vcek: vcek.to_string(), report: report.to_string() }
     }
 }

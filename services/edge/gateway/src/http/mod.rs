@@ -1,4 +1,4 @@
-//! The OpenAI-compatible HTTP API, so existing clients work unchanged:
+//! The HTTP port. First the OpenAI-compatible API, so existing clients work unchanged:
 //!
 //! | route | shape |
 //! |---|---|
@@ -8,8 +8,8 @@
 //! | `GET /v1/models` | the models below |
 //! | `GET /openapi.json` | the OpenAPI 3.0 document of these routes (`src/openapi.json`) |
 //!
-//! The same router serves GELO's own routes: `POST /v1/documents` ([`crate::documents`]),
-//! `GET /v1/trust` ([`crate::trust`]) and the web console at `/` ([`crate::console`]).
+//! The same router serves GELO's own routes: `POST /v1/documents` ([`documents`]),
+//! `GET /v1/trust` ([`trust`]) and the web console at `/` ([`crate::console`]).
 //!
 //! Models: `gelo-embedder`, `gelo-reranker`, `gelo-generator` (plain chat) and `gelo-rag`:
 //! chat completions answered from the document store — the last user message is the
@@ -43,8 +43,10 @@ use tonic::Code;
 use crate::{error::GatewayError, pipeline::Pipeline, roles::Role};
 
 mod chat;
+pub mod documents;
 mod embeddings;
 mod rerank;
+pub mod trust;
 
 use chat::chat;
 use embeddings::embeddings;
@@ -72,8 +74,8 @@ pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
         .route("/v1/rerank", post(rerank))
         .route("/v1/models", get(models))
         .route("/openapi.json", get(openapi))
-        .route("/v1/documents", post(crate::documents::add))
-        .route("/v1/trust", get(crate::trust::report))
+        .route("/v1/documents", post(documents::add))
+        .route("/v1/trust", get(trust::report))
         .merge(crate::console::routes())
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route")

@@ -15,10 +15,8 @@ use axum::{Json, extract::rejection::JsonRejection};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::{
-    openai::{ApiError, St, observe},
-    pipeline::IngestDocument,
-};
+use super::{ApiError, AppState, St, observe};
+use crate::pipeline::IngestDocument;
 
 const METHOD: &str = "http.AddDocuments";
 
@@ -49,7 +47,7 @@ pub(crate) async fn add(
 }
 
 async fn add_inner(
-    s: &crate::openai::AppState,
+    s: &AppState,
     body: Result<Json<AddRequest>, JsonRejection>,
 ) -> Result<Value, ApiError> {
     let Json(req) = body?;
