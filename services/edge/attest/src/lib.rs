@@ -8,7 +8,7 @@
 //! - [`derived_key`]: keys the AMD-SP derives from the launch (`SNP_GET_DERIVED_KEY`), for sealing.
 //! - [`verify`]: where evidence is verified; every rejection is a distinct `VerifyError`
 //!   ([`rejection`]).
-//! - [`policy`]: what a verifier accepts (JSON/YAML).
+//! - [`policy`]: what a verifier accepts (JSON/YAML); [`role`] the attested model roles.
 //! - [`ratls`]: RA-TLS certificates, rustls verifiers (`ratls::danger`), tonic transport.
 //! - [`service`]: the `Attestation.GetEvidence` server; [`challenge`] its client side.
 //!
@@ -25,10 +25,12 @@ pub mod policy;
 pub mod ratls;
 pub mod rejection;
 pub mod report;
+pub mod role;
 pub mod service;
 pub mod verify;
 
 pub use binding::{Binding, STARTUP_NONCE, report_data, scheme_identity, spki_sha256};
+pub use challenge::{challenge, random_nonce};
 pub use error::{AttestError, Result};
 pub use evidence::{CertChain, Evidence, IssuerKind, ServiceClaims};
 pub use issuer::{
@@ -39,6 +41,6 @@ pub use policy::{CrlSource, Hex, MaskedRequirements, Policy, TrustedRoot};
 pub use ratls::ServerIdentity;
 pub use ratls::danger::ExpectedPeer;
 pub use report::Tcb;
-pub use challenge::{challenge, random_nonce};
+pub use role::Role;
 pub use service::AttestationService;
 pub use verify::{ExpectedBinding, Verified, VerifiedReport, VerifiedSummary, Verifier, VerifyError, verify};

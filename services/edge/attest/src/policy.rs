@@ -14,6 +14,7 @@ use crate::amd::AmdGeneration;
 use crate::error::{AttestError, Result};
 use crate::evidence::IssuerKind;
 use crate::report::Tcb;
+use crate::role::Role;
 
 /// A fixed-width byte string written as hex in policy files.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,7 +150,7 @@ impl Default for MaskedRequirements {
 /// whose engine receives nothing (docs/SECURITY.md).
 pub const SEALED: &str = "sealed";
 /// Roles that compute on request content; their scheme's `protocol.executor` is checked.
-pub const MODEL_ROLES: [&str; 3] = ["embedder", "reranker", "generator"];
+pub const MODEL_ROLES: [&str; 3] = [Role::Embedder.as_str(), Role::Reranker.as_str(), Role::Generator.as_str()];
 
 /// Verification policy; see the module docs for defaults.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

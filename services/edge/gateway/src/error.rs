@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use tonic::{Code, Status};
 
-use crate::roles::Role;
+use attest::Role;
 
 pub type Result<T, E = GatewayError> = std::result::Result<T, E>;
 

@@ -28,7 +28,6 @@ pub mod grpc;
 pub mod http;
 pub mod pipeline;
 pub mod prompt;
-pub mod roles;
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -43,7 +42,7 @@ use tokio::net::TcpListener;
 pub use backends::{BackendSpec, BackendStatus, Pool, Trust, VerifyTiming, routes::RoutesSource};
 pub use error::{GatewayError, Result};
 pub use pipeline::{Pipeline, Settings};
-pub use roles::Role;
+pub use attest::Role;
 
 /// Everything `gelo gateway` is configured with.
 #[derive(Clone, Debug)]

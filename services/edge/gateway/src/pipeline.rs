@@ -21,13 +21,14 @@ use store::VectorStore;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use attest::Role;
+
 use crate::{
     backends::{Pool, Routed},
     chunker::{Chunker, Planned},
     docstore::DocStore,
     error::{GatewayError, Result},
     focus, prompt,
-    roles::Role,
 };
 
 /// Units of the retrieved passages scored against a question at most ([`Pipeline::focus`]).

@@ -4,16 +4,21 @@
 //! Offload groups per block, all through the executor: Q/K/V bundled, attention output,
 //! intermediate, output; the pooler and classifier of a cross-encoder too. Embeddings,
 //! LayerNorm, GELU, attention, residuals and pooling stay in the TEE.
+//!
+//! The structs follow the checkpoint's tensor tree, so a field maps to a tensor name:
+//! `encoder.layer.N.attention.self.query` is `BertLayer::attention.query`,
+//! `….attention.output.{dense, LayerNorm}` is `attention.output.{dense, layer_norm}`,
+//! `….intermediate.dense` is `intermediate`, `….output.{dense, LayerNorm}` is `output`.
 
 use std::sync::Arc;
 
 use protocol::{Executor, Pass, attention::Head};
 use serde::Deserialize;
-use tensor::{Matrix, Weight, WeightId, WeightLayout};
+use tensor::{Matrix, WeightId};
 
 use crate::{
     error::{ModelError, Result},
-    ops,
+    ops, provision,
     tensors::Tensors,
 };
 
@@ -46,31 +51,82 @@ fn default_eps() -> f32 {
     1e-12
 }
 
+/// A linear layer: its weight, provisioned on the executor, and its bias, kept in the TEE.
 struct Linear {
-    id: WeightId,
+    weight: WeightId,
     bias: Vec<f32>,
 }
 
-struct Layer {
-    qkv: [Linear; 3],
-    attn_out: Linear,
-    attn_norm: (Vec<f32>, Vec<f32>),
+impl Linear {
+    /// `x·Wᵀ + b`: the product through the executor, the bias in the TEE.
+    fn forward(&self, pass: &mut dyn Pass, x: &Matrix) -> Result<Matrix> {
+        let mut y = pass.linear(x, &self.weight)?;
+        ops::add_bias(&mut y, &self.bias);
+        Ok(y)
+    }
+}
+
+/// A LayerNorm's `weight` (γ) and `bias` (β).
+struct LayerNorm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+/// `attention.output` and `output`: a dense layer, then LayerNorm over it plus the residual.
+struct Output {
+    dense: Linear,
+    layer_norm: LayerNorm,
+}
+
+impl Output {
+    /// `LayerNorm(dense(x) + residual)`.
+    fn forward(&self, pass: &mut dyn Pass, x: &Matrix, residual: &Matrix, eps: f32) -> Result<Matrix> {
+        let mut y = self.dense.forward(pass, x)?;
+        ops::add_in_place(&mut y, residual);
+        ops::layer_norm(&mut y, &self.layer_norm.weight, &self.layer_norm.bias, eps);
+        Ok(y)
+    }
+}
+
+/// `encoder.layer.N.attention`: self-attention (`self.query`, `self.key`, `self.value`)
+/// and its output projection.
+struct Attention {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    output: Output,
+}
+
+/// `encoder.layer.N`.
+struct BertLayer {
+    attention: Attention,
+    /// `intermediate.dense`.
     intermediate: Linear,
-    output: Linear,
-    out_norm: (Vec<f32>, Vec<f32>),
+    output: Output,
+}
+
+/// `embeddings`: word, position and segment tables, kept in the TEE.
+struct Embeddings {
+    word_embeddings: Vec<f32>,
+    position_embeddings: Vec<f32>,
+    token_type_embeddings: Vec<f32>,
+    layer_norm: LayerNorm,
+}
+
+/// The sequence-classification head of a cross-encoder.
+struct ClassificationHead {
+    /// `pooler.dense` (then tanh, over [CLS]).
+    pooler: Linear,
+    classifier: Linear,
 }
 
 /// A BERT encoder provisioned on an executor.
 pub struct Bert {
     pub cfg: BertConfig,
     exec: Arc<dyn Executor>,
-    word: Vec<f32>,
-    position: Vec<f32>,
-    token_type: Vec<f32>,
-    emb_norm: (Vec<f32>, Vec<f32>),
-    layers: Vec<Layer>,
-    /// Pooler (dense + tanh over [CLS]) and classifier of a sequence-classification head.
-    head: Option<(Linear, Linear)>,
+    embeddings: Embeddings,
+    layers: Vec<BertLayer>,
+    head: Option<ClassificationHead>,
 }
 
 /// One input sequence: token ids and segment ids.
@@ -92,47 +148,51 @@ impl Bert {
         let p = if t.has("bert.embeddings.word_embeddings.weight") { "bert." } else { "" };
         let (d, ff) = (cfg.hidden_size, cfg.intermediate_size);
         let vec = |name: String, n: usize| t.f32(&name, &[n]);
-        let norm = |name: &str| -> Result<(Vec<f32>, Vec<f32>)> {
-            Ok((vec(format!("{name}.weight"), d)?, vec(format!("{name}.bias"), d)?))
+        let layer_norm = |name: &str| -> Result<LayerNorm> {
+            Ok(LayerNorm { weight: vec(format!("{name}.weight"), d)?, bias: vec(format!("{name}.bias"), d)? })
         };
         let linear = |name: String, d_in: usize, d_out: usize| -> Result<Linear> {
-            let data = t.weight(&format!("{name}.weight"), &[d_out, d_in])?;
-            let id = WeightId::new(format!("{tag}/{name}"));
-            crate::load::provision_shared(
-                exec.as_ref(),
-                &id,
-                Weight { d_in, d_out, layout: WeightLayout::OutIn, data },
-            )?;
-            Ok(Linear { id, bias: vec(format!("{name}.bias"), d_out)? })
+            let weight = provision::linear(exec.as_ref(), t, tag, &name, d_in, d_out)?;
+            Ok(Linear { weight, bias: vec(format!("{name}.bias"), d_out)? })
         };
-        let word = t.f32(&format!("{p}embeddings.word_embeddings.weight"), &[cfg.vocab_size, d])?;
-        let position =
-            t.f32(&format!("{p}embeddings.position_embeddings.weight"), &[cfg.max_position_embeddings, d])?;
-        let token_type = t.f32(&format!("{p}embeddings.token_type_embeddings.weight"), &[cfg.type_vocab_size, d])?;
-        let emb_norm = norm(&format!("{p}embeddings.LayerNorm"))?;
+        let output = |name: String, d_in: usize| -> Result<Output> {
+            Ok(Output {
+                dense: linear(format!("{name}.dense"), d_in, d)?,
+                layer_norm: layer_norm(&format!("{name}.LayerNorm"))?,
+            })
+        };
+        let e = format!("{p}embeddings");
+        let embeddings = Embeddings {
+            word_embeddings: t.f32(&format!("{e}.word_embeddings.weight"), &[cfg.vocab_size, d])?,
+            position_embeddings: t
+                .f32(&format!("{e}.position_embeddings.weight"), &[cfg.max_position_embeddings, d])?,
+            token_type_embeddings: t.f32(&format!("{e}.token_type_embeddings.weight"), &[cfg.type_vocab_size, d])?,
+            layer_norm: layer_norm(&format!("{e}.LayerNorm"))?,
+        };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let l = format!("{p}encoder.layer.{i}");
-            layers.push(Layer {
-                qkv: [
-                    linear(format!("{l}.attention.self.query"), d, d)?,
-                    linear(format!("{l}.attention.self.key"), d, d)?,
-                    linear(format!("{l}.attention.self.value"), d, d)?,
-                ],
-                attn_out: linear(format!("{l}.attention.output.dense"), d, d)?,
-                attn_norm: norm(&format!("{l}.attention.output.LayerNorm"))?,
+            layers.push(BertLayer {
+                attention: Attention {
+                    query: linear(format!("{l}.attention.self.query"), d, d)?,
+                    key: linear(format!("{l}.attention.self.key"), d, d)?,
+                    value: linear(format!("{l}.attention.self.value"), d, d)?,
+                    output: output(format!("{l}.attention.output"), d)?,
+                },
                 intermediate: linear(format!("{l}.intermediate.dense"), d, ff)?,
-                output: linear(format!("{l}.output.dense"), ff, d)?,
-                out_norm: norm(&format!("{l}.output.LayerNorm"))?,
+                output: output(format!("{l}.output"), ff)?,
             });
         }
         let head = if t.has("classifier.weight") {
             let labels = t.get("classifier.weight")?.shape[0];
-            Some((linear(format!("{p}pooler.dense"), d, d)?, linear("classifier".into(), d, labels)?))
+            Some(ClassificationHead {
+                pooler: linear(format!("{p}pooler.dense"), d, d)?,
+                classifier: linear("classifier".into(), d, labels)?,
+            })
         } else {
             None
         };
-        Ok(Bert { cfg, exec, word, position, token_type, emb_norm, layers, head })
+        Ok(Bert { cfg, exec, embeddings, layers, head })
     }
 
     pub fn hidden_size(&self) -> usize {
@@ -141,7 +201,7 @@ impl Bert {
 
     /// Number of classifier outputs, for cross-encoders.
     pub fn num_labels(&self) -> Option<usize> {
-        self.head.as_ref().map(|(_, c)| c.bias.len())
+        self.head.as_ref().map(|h| h.classifier.bias.len())
     }
 
     fn check(&self, seqs: &[Encoded]) -> Result<()> {
@@ -182,13 +242,15 @@ impl Bert {
             for (t, (&id, &ty)) in s.ids.iter().zip(s.types.iter().chain(std::iter::repeat(&0))).enumerate() {
                 let row = x.row_mut(r);
                 let (w, p, ty) = (id as usize * d, t * d, ty as usize * d);
+                let e = &self.embeddings;
                 for (j, v) in row[..d].iter_mut().enumerate() {
-                    *v = self.word[w + j] + self.position[p + j] + self.token_type[ty + j];
+                    *v = e.word_embeddings[w + j] + e.position_embeddings[p + j] + e.token_type_embeddings[ty + j];
                 }
                 r += 1;
             }
         }
-        ops::layer_norm(&mut x, &self.emb_norm.0, &self.emb_norm.1, self.cfg.layer_norm_eps);
+        let norm = &self.embeddings.layer_norm;
+        ops::layer_norm(&mut x, &norm.weight, &norm.bias, self.cfg.layer_norm_eps);
         // 2. Blocks, all sequences in one pass, each with its own mask.
         let mut pass = self.exec.begin(&lens)?;
         for layer in &self.layers {
@@ -205,14 +267,28 @@ impl Bert {
         Ok(out)
     }
 
-    fn block(&self, pass: &mut dyn Pass, l: &Layer, mut x: Matrix, lens: &[usize]) -> Result<Matrix> {
-        let (d, eps) = (self.cfg.hidden_size, self.cfg.layer_norm_eps);
+    fn block(&self, pass: &mut dyn Pass, l: &BertLayer, x: Matrix, lens: &[usize]) -> Result<Matrix> {
+        let eps = self.cfg.layer_norm_eps;
+        // 1. Self-attention, its output projection, residual, LayerNorm.
+        let ctx = self.attention(pass, &l.attention, &x, lens)?;
+        let x = l.attention.output.forward(pass, &ctx, &x, eps)?;
+        // 2. Feed-forward: intermediate + GELU, output, residual, LayerNorm.
+        let mut i = l.intermediate.forward(pass, &x)?;
+        ops::gelu(&mut i);
+        l.output.forward(pass, &i, &x, eps)
+    }
+
+    /// Bidirectional self-attention of every sequence: the context (`rows × hidden`) before
+    /// the output projection.
+    fn attention(&self, pass: &mut dyn Pass, a: &Attention, x: &Matrix, lens: &[usize]) -> Result<Matrix> {
+        let d = self.cfg.hidden_size;
         let heads = self.cfg.num_attention_heads;
         let hd = d / heads;
         // 1. Q, K, V: one masked offload for the three.
-        let ids: Vec<WeightId> = l.qkv.iter().map(|q| q.id.clone()).collect();
-        let mut qkv = pass.linear_many(&x, &ids)?;
-        for (m, lin) in qkv.iter_mut().zip(&l.qkv) {
+        let qkv_proj = [&a.query, &a.key, &a.value];
+        let ids: Vec<WeightId> = qkv_proj.iter().map(|q| q.weight.clone()).collect();
+        let mut qkv = pass.linear_many(x, &ids)?;
+        for (m, lin) in qkv.iter_mut().zip(qkv_proj) {
             ops::add_bias(m, &lin.bias);
         }
         // 2. Bidirectional attention of every sequence's heads, in one call (the heads of a
@@ -234,26 +310,12 @@ impl Bert {
         for (i, o) in outs.iter().enumerate() {
             ops::put_block(&mut ctx, starts[i / heads], (i % heads) * hd, o);
         }
-        // 3. Attention output, residual, LayerNorm.
-        let mut o = pass.linear(&ctx, &l.attn_out.id)?;
-        ops::add_bias(&mut o, &l.attn_out.bias);
-        ops::add_in_place(&mut o, &x);
-        ops::layer_norm(&mut o, &l.attn_norm.0, &l.attn_norm.1, eps);
-        x = o;
-        // 4. Feed-forward: intermediate + GELU, output, residual, LayerNorm.
-        let mut i = pass.linear(&x, &l.intermediate.id)?;
-        ops::add_bias(&mut i, &l.intermediate.bias);
-        ops::gelu(&mut i);
-        let mut y = pass.linear(&i, &l.output.id)?;
-        ops::add_bias(&mut y, &l.output.bias);
-        ops::add_in_place(&mut y, &x);
-        ops::layer_norm(&mut y, &l.out_norm.0, &l.out_norm.1, eps);
-        Ok(y)
+        Ok(ctx)
     }
 
     /// Sequence-classification logits (`tanh(pooler([CLS]))·classifier`), for cross-encoders.
     pub fn classify(&self, seqs: &[Encoded]) -> Result<Vec<Vec<f32>>> {
-        let Some((pooler, classifier)) = &self.head else {
+        let Some(ClassificationHead { pooler, classifier }) = &self.head else {
             return Err(ModelError::Config("this BERT checkpoint has no classification head".into()));
         };
         let hidden = self.forward(seqs)?;
@@ -265,10 +327,9 @@ impl Bert {
         }
         let blocks = vec![1; seqs.len()];
         let mut pass = self.exec.begin(&blocks)?;
-        let mut p = pass.linear(&cls, &pooler.id)?;
-        ops::add_bias(&mut p, &pooler.bias);
+        let mut p = pooler.forward(pass.as_mut(), &cls)?;
         p.as_mut_slice().iter_mut().for_each(|v| *v = v.tanh());
-        let mut logits = pass.linear(&p, &classifier.id)?;
+        let mut logits = pass.linear(&p, &classifier.weight)?;
         pass.end();
         ops::add_bias(&mut logits, &classifier.bias);
         Ok((0..logits.rows()).map(|r| logits.row(r).to_vec()).collect())

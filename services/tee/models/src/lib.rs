@@ -4,7 +4,10 @@
 //! * Loading: safetensors (f32/f16/bf16) and GGUF ([`tensors`]), tokenizers and chat
 //!   templates ([`tokenizer`]), the hub by pinned revision ([`hub`]), and the
 //!   attestable [`identity`] of the files.
-//! * Architectures: [`bert`] encoders, [`decoder`] LLMs (Llama, Qwen2, Qwen3).
+//! * Architectures, one module per family: [`bert`] encoders; [`decoder`] LLMs, one file
+//!   per family ([`decoder::llama`], [`decoder::qwen2`], [`decoder::qwen3`]) over shared
+//!   attention, feed-forward, norms and RoPE. Both provision their weights through
+//!   `provision`, which imports neither them nor the loader.
 //! * Roles: [`roles::Embedder`], [`roles::Reranker`], [`generate::TextGenerator`].
 //! * Evaluation: [`beir`].
 
@@ -18,6 +21,7 @@ pub mod hub;
 pub mod identity;
 mod load;
 pub mod ops;
+mod provision;
 pub mod random;
 pub mod roles;
 pub mod sampler;

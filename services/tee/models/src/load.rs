@@ -18,16 +18,6 @@ use crate::{
     tokenizer::{TextTokenizer, optional_json},
 };
 
-/// Provisions a weight; an id that is already provisioned is reused. Ids carry the model's
-/// identity tag, so the same id means the same bytes: loading one model for two roles on
-/// one executor shares its weights instead of failing.
-pub(crate) fn provision_shared(exec: &dyn Executor, id: &tensor::WeightId, w: tensor::Weight) -> Result<()> {
-    match exec.provision(id.clone(), w) {
-        Err(protocol::ProtocolError::DuplicateWeight(_)) => Ok(()),
-        other => Ok(other?),
-    }
-}
-
 /// Options common to every role.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {

@@ -7,7 +7,7 @@ use protocol::Executor;
 
 use crate::{
     bert::{Bert, BertConfig},
-    decoder::{Decoder, DecoderConfig},
+    decoder::{Decoder, DecoderConfig, Presence, qwen3::QWEN3},
     error::Result,
     tensors::Tensors,
 };
@@ -30,7 +30,7 @@ pub fn bert_base() -> BertConfig {
 
 fn qwen3(hidden: usize, inter: usize, layers: usize, heads: usize, kv: usize) -> DecoderConfig {
     DecoderConfig {
-        arch: "qwen3".into(),
+        arch: &QWEN3,
         vocab_size: 151_936,
         hidden_size: hidden,
         intermediate_size: inter,
@@ -121,7 +121,7 @@ pub fn decoder(cfg: DecoderConfig, exec: Arc<dyn Executor>, seed: u64) -> Result
         ] {
             s.insert(format!("{l}.{name}.weight"), vec![d_out, d_in]);
         }
-        if cfg.arch == "qwen3" {
+        if cfg.arch.qk_norm == Presence::Required {
             s.insert(format!("{l}.self_attn.q_norm.weight"), vec![hd]);
             s.insert(format!("{l}.self_attn.k_norm.weight"), vec![hd]);
         }

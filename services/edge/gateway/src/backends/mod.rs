@@ -28,17 +28,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use attest::{Policy, ServerIdentity, ratls::AttestedChannel};
+use attest::{Policy, Role, ServerIdentity, ratls::AttestedChannel};
 use tokio::{
     sync::{Notify, Semaphore},
     task::JoinHandle,
 };
 use tonic::{Code, Status, transport::Channel};
 
-use crate::{
-    error::{GatewayError, Result},
-    roles::Role,
-};
+use crate::error::{GatewayError, Result};
 
 /// One backend as configured: where it is and what it must prove.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -20,14 +20,12 @@ use std::{
     time::Duration,
 };
 
-use attest::Policy;
+use attest::{Policy, Role};
 use serde::Deserialize;
 
 use super::{BackendSpec, Pool};
-use crate::{
-    error::{GatewayError, Result},
-    roles::Role,
-};
+
+use crate::error::{GatewayError, Result};
 
 /// The format version this gateway reads.
 pub const ROUTES_VERSION: u32 = 1;

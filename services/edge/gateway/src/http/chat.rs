@@ -19,10 +19,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState, GENERATOR, RAG, St, new_id, now, observe};
-use crate::{
-    pipeline::{Hit, QueryEvent, QueryParams},
-    roles::Role,
-};
+use attest::Role;
+
+use crate::pipeline::{Hit, QueryEvent, QueryParams};
 
 #[derive(Deserialize)]
 pub(super) struct ChatRequest {

@@ -46,10 +46,7 @@ pub(crate) async fn add(
     r.map(Json)
 }
 
-async fn add_inner(
-    s: &AppState,
-    body: Result<Json<AddRequest>, JsonRejection>,
-) -> Result<Value, ApiError> {
+async fn add_inner(s: &AppState, body: Result<Json<AddRequest>, JsonRejection>) -> Result<Value, ApiError> {
     let Json(req) = body?;
     if req.documents.is_empty() {
         return Err(ApiError::invalid("documents is empty").param("documents"));

@@ -40,7 +40,9 @@ use serde_json::{Value, json};
 use server::Metrics;
 use tonic::Code;
 
-use crate::{error::GatewayError, pipeline::Pipeline, roles::Role};
+use attest::Role;
+
+use crate::{error::GatewayError, pipeline::Pipeline};
 
 mod chat;
 pub mod documents;

@@ -1,4 +1,6 @@
-//! The backend roles the gateway routes to.
+//! The model roles: what a service's evidence attests in its `role` field, the `gelo`
+//! subcommand that serves it, and what the gateway routes to and the operator deploys.
+//! Defined once, here, because the string is attested.
 
 use std::{fmt, str::FromStr};
 
@@ -13,7 +15,7 @@ impl Role {
     pub const ALL: [Role; 3] = [Role::Embedder, Role::Reranker, Role::Generator];
 
     /// The name used in evidence (`role`), flags, the routing table and messages.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Role::Embedder => "embedder",
             Role::Reranker => "reranker",
@@ -21,7 +23,8 @@ impl Role {
         }
     }
 
-    pub(crate) fn index(self) -> usize {
+    /// Position in [`Role::ALL`], for tables indexed by role.
+    pub const fn index(self) -> usize {
         match self {
             Role::Embedder => 0,
             Role::Reranker => 1,
