@@ -130,6 +130,7 @@ pub struct Bert {
 }
 
 /// One input sequence: token ids and segment ids.
+#[derive(Clone)]
 pub struct Encoded {
     pub ids: Vec<u32>,
     pub types: Vec<u32>,

@@ -32,7 +32,7 @@ pub use error::{ModelError, Result};
 pub use generate::{Chunk, Completion, FinishReason, GenerateRequest, Prompt, TextGenerator};
 pub use identity::{Manifest, ModelIdentity};
 pub use load::{Kind, LoadOptions, ModelFiles, load_embedder, load_generator, load_reranker};
-pub use roles::{Embedder, Reranker};
+pub use roles::{Embedder, Reranker, Tokenized};
 pub use sampler::SamplingParams;
 pub use tokenizer::ChatMessage;
 

@@ -170,7 +170,8 @@ pub fn load_reranker(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -
         Kind::Bert { classifier: true } => {
             let bert = files.bert(exec)?;
             let max_len = opts.max_seq_length.unwrap_or(512).min(bert.cfg.max_position_embeddings);
-            let tokenizer = files.tokenizer()?.with_max_length(max_len)?;
+            // Untruncated: the pair is cut where its tokens are counted (`tokenize_pair`).
+            let tokenizer = files.tokenizer()?;
             Ok(Box::new(CrossEncoder { bert, tokenizer, max_len, identity: files.identity }))
         }
         Kind::Bert { classifier: false } => {

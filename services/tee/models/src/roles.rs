@@ -9,17 +9,42 @@ use crate::{
     tokenizer::TextTokenizer,
 };
 
+/// One input after tokenization, as a batch carries it to the model (the pattern of
+/// text-embeddings-inference's `Batch`): a service tokenizes each text once, checks its
+/// limit on `counted`, and the model runs `tokens` without tokenizing again.
+/// No `Debug`: the ids are the text.
+#[derive(Clone)]
+pub struct Tokenized {
+    /// The model's input, cut by the model's own rule to the length the caller asked for.
+    pub tokens: Encoded,
+    /// Tokens the text made before the cut (special tokens included).
+    pub counted: usize,
+}
+
 /// Texts in, unit-norm vectors out.
 pub trait Embedder: Send + Sync {
-    /// One embedding per text, in order, each forward pass shared by all texts (each text
-    /// with its own mask).
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
+    /// `text` as the model takes it, cut to at most `max` tokens (and never more than
+    /// [`Embedder::max_tokens`]).
+    fn tokenize(&self, text: &str, max: usize) -> Result<Tokenized>;
+    /// One embedding per tokenized input, in order, one forward pass shared by all (each
+    /// input with its own mask).
+    fn embed_tokens(&self, inputs: &[Encoded]) -> Result<Vec<Vec<f32>>>;
     fn dim(&self) -> usize;
     /// Longest input in tokens; longer inputs are truncated.
     fn max_tokens(&self) -> usize;
-    /// Tokens `text` becomes before truncation (special tokens included).
-    fn count_tokens(&self, text: &str) -> Result<usize>;
     fn identity(&self) -> ModelIdentity;
+
+    /// One embedding per text, each cut to [`Embedder::max_tokens`].
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let inputs =
+            texts.iter().map(|t| Ok(self.tokenize(t, self.max_tokens())?.tokens)).collect::<Result<Vec<_>>>()?;
+        self.embed_tokens(&inputs)
+    }
+
+    /// Tokens `text` becomes before truncation (special tokens included).
+    fn count_tokens(&self, text: &str) -> Result<usize> {
+        Ok(self.tokenize(text, self.max_tokens())?.counted)
+    }
     /// `text` as a query under `instruction`, for models trained with instructions.
     fn with_instruction(&self, instruction: &str, text: &str) -> Result<String> {
         let _ = (instruction, text);
@@ -29,9 +54,23 @@ pub trait Embedder: Send + Sync {
 
 /// Scores documents against a query (higher is more relevant), in document order.
 pub trait Reranker: Send + Sync {
-    /// Relevance of each (query, document) pair, all pairs in one forward pass (each with
-    /// its own mask): pairs of several requests can share a batch.
-    fn score_pairs(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>>;
+    /// A (query, document) pair as the model takes it, cut to at most `max` tokens (and
+    /// never more than [`Reranker::max_tokens`]).
+    fn tokenize_pair(&self, query: &str, document: &str, max: usize) -> Result<Tokenized>;
+    /// Relevance of each tokenized pair, all in one forward pass (each with its own mask):
+    /// pairs of several requests can share a batch.
+    fn score_tokens(&self, inputs: &[Encoded]) -> Result<Vec<f32>>;
+    fn max_tokens(&self) -> usize;
+    fn identity(&self) -> ModelIdentity;
+
+    /// Relevance of each (query, document) pair, each cut to [`Reranker::max_tokens`].
+    fn score_pairs(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>> {
+        let inputs = pairs
+            .iter()
+            .map(|(q, d)| Ok(self.tokenize_pair(q, d, self.max_tokens())?.tokens))
+            .collect::<Result<Vec<_>>>()?;
+        self.score_tokens(&inputs)
+    }
 
     fn score(&self, query: &str, documents: &[&str]) -> Result<Vec<f32>> {
         let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, *d)).collect();
@@ -39,9 +78,9 @@ pub trait Reranker: Send + Sync {
     }
 
     /// Tokens a (query, document) pair becomes before truncation.
-    fn count_tokens(&self, query: &str, document: &str) -> Result<usize>;
-    fn max_tokens(&self) -> usize;
-    fn identity(&self) -> ModelIdentity;
+    fn count_tokens(&self, query: &str, document: &str) -> Result<usize> {
+        Ok(self.tokenize_pair(query, document, self.max_tokens())?.counted)
+    }
 }
 
 /// How a BERT embedder pools token states.
@@ -60,27 +99,26 @@ pub struct BertEmbedder {
     pub identity: ModelIdentity,
 }
 
-impl BertEmbedder {
-    fn encode(&self, text: &str) -> Result<Encoded> {
+impl Embedder for BertEmbedder {
+    fn tokenize(&self, text: &str, max: usize) -> Result<Tokenized> {
         let mut ids = self.tokenizer.encode(text, true)?;
-        if ids.len() > self.max_len {
+        let counted = ids.len();
+        let max = max.clamp(1, self.max_len);
+        if ids.len() > max {
             // What the tokenizer's own truncation does for one sequence: cut the text
             // tokens, keep the closing [SEP].
             let last = *ids.last().expect("non-empty");
-            ids.truncate(self.max_len - 1);
+            ids.truncate(max - 1);
             ids.push(last);
         }
-        Ok(Encoded { types: vec![0; ids.len()], ids })
+        Ok(Tokenized { tokens: Encoded { types: vec![0; ids.len()], ids }, counted })
     }
-}
 
-impl Embedder for BertEmbedder {
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
+    fn embed_tokens(&self, inputs: &[Encoded]) -> Result<Vec<Vec<f32>>> {
+        if inputs.is_empty() {
             return Ok(Vec::new());
         }
-        let seqs = texts.iter().map(|t| self.encode(t)).collect::<Result<Vec<_>>>()?;
-        let hidden = self.bert.forward(&seqs)?;
+        let hidden = self.bert.forward(inputs)?;
         Ok(hidden
             .iter()
             .map(|h| {
@@ -106,10 +144,6 @@ impl Embedder for BertEmbedder {
 
     fn max_tokens(&self) -> usize {
         self.max_len
-    }
-
-    fn count_tokens(&self, text: &str) -> Result<usize> {
-        Ok(self.tokenizer.encode(text, true)?.len())
     }
 
     fn identity(&self) -> ModelIdentity {
@@ -141,29 +175,30 @@ impl DecoderEmbedder {
             None => text.to_string(),
         }
     }
-
-    fn tokens(&self, text: &str) -> Result<Vec<u32>> {
-        let mut ids = self.tokenizer.encode(&self.format(text), true)?;
-        if ids.len() > self.max_len {
-            // Keep the end: the last token is what gets pooled.
-            ids.drain(..ids.len() - self.max_len);
-        }
-        Ok(ids)
-    }
 }
 
 impl Embedder for DecoderEmbedder {
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
+    fn tokenize(&self, text: &str, max: usize) -> Result<Tokenized> {
+        let mut ids = self.tokenizer.encode(&self.format(text), true)?;
+        let counted = ids.len();
+        let max = max.clamp(1, self.max_len);
+        if ids.len() > max {
+            // Keep the end: the last token is what gets pooled.
+            ids.drain(..ids.len() - max);
+        }
+        Ok(Tokenized { tokens: Encoded { ids, types: Vec::new() }, counted })
+    }
+
+    fn embed_tokens(&self, inputs: &[Encoded]) -> Result<Vec<Vec<f32>>> {
+        if inputs.is_empty() {
             return Ok(Vec::new());
         }
-        let toks = texts.iter().map(|t| self.tokens(t)).collect::<Result<Vec<_>>>()?;
-        if toks.iter().any(Vec::is_empty) {
+        if inputs.iter().any(|t| t.ids.is_empty()) {
             return Err(ModelError::InvalidRequest("empty text".into()));
         }
-        let mut caches: Vec<_> = toks.iter().map(|_| self.decoder.new_cache()).collect();
+        let mut caches: Vec<_> = inputs.iter().map(|_| self.decoder.new_cache()).collect();
         let mut refs: Vec<_> = caches.iter_mut().collect();
-        let slices: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
+        let slices: Vec<&[u32]> = inputs.iter().map(|t| t.ids.as_slice()).collect();
         let last = self.decoder.forward(&mut refs, &slices)?;
         Ok((0..last.rows())
             .map(|r| {
@@ -180,10 +215,6 @@ impl Embedder for DecoderEmbedder {
 
     fn max_tokens(&self) -> usize {
         self.max_len
-    }
-
-    fn count_tokens(&self, text: &str) -> Result<usize> {
-        Ok(self.tokenizer.encode(&self.format(text), true)?.len())
     }
 
     fn identity(&self) -> ModelIdentity {
@@ -204,18 +235,16 @@ pub struct CrossEncoder {
 }
 
 impl Reranker for CrossEncoder {
-    fn score_pairs(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>> {
-        if pairs.is_empty() {
+    fn tokenize_pair(&self, query: &str, document: &str, max: usize) -> Result<Tokenized> {
+        let (ids, types, counted) = self.tokenizer.encode_pair_within(query, document, max.min(self.max_len))?;
+        Ok(Tokenized { tokens: Encoded { ids, types }, counted })
+    }
+
+    fn score_tokens(&self, inputs: &[Encoded]) -> Result<Vec<f32>> {
+        if inputs.is_empty() {
             return Ok(Vec::new());
         }
-        let seqs = pairs
-            .iter()
-            .map(|(q, d)| {
-                let (ids, types) = self.tokenizer.encode_pair(q, d)?;
-                Ok(Encoded { ids, types })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let logits = self.bert.classify(&seqs)?;
+        let logits = self.bert.classify(inputs)?;
         // One label: the logit itself (monotone in relevance); several: P(last label).
         Ok(logits
             .into_iter()
@@ -233,10 +262,6 @@ impl Reranker for CrossEncoder {
 
     fn max_tokens(&self) -> usize {
         self.max_len
-    }
-
-    fn count_tokens(&self, query: &str, document: &str) -> Result<usize> {
-        Ok(self.tokenizer.encode_pair(query, document)?.0.len())
     }
 
     fn identity(&self) -> ModelIdentity {
@@ -270,27 +295,26 @@ impl LlmReranker {
 }
 
 impl Reranker for LlmReranker {
-    fn score_pairs(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>> {
-        if pairs.is_empty() {
+    fn tokenize_pair(&self, query: &str, document: &str, max: usize) -> Result<Tokenized> {
+        let mut ids = self.tokenizer.encode(&self.prompt(query, document), false)?;
+        let counted = ids.len();
+        let max = max.min(self.max_len);
+        if ids.len() > max {
+            // Cut the document's end, keep the closing of the prompt.
+            let tail = self.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", false)?;
+            ids.truncate(max.saturating_sub(tail.len()));
+            ids.extend(tail);
+        }
+        Ok(Tokenized { tokens: Encoded { ids, types: Vec::new() }, counted })
+    }
+
+    fn score_tokens(&self, inputs: &[Encoded]) -> Result<Vec<f32>> {
+        if inputs.is_empty() {
             return Ok(Vec::new());
         }
-        let toks = pairs
-            .iter()
-            .map(|(q, d)| {
-                let mut ids = self.tokenizer.encode(&self.prompt(q, d), false)?;
-                if ids.len() > self.max_len {
-                    // Cut the document's end, keep the closing of the prompt.
-                    let tail =
-                        self.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", false)?;
-                    ids.truncate(self.max_len - tail.len());
-                    ids.extend(tail);
-                }
-                Ok(ids)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut caches: Vec<_> = toks.iter().map(|_| self.decoder.new_cache()).collect();
+        let mut caches: Vec<_> = inputs.iter().map(|_| self.decoder.new_cache()).collect();
         let mut refs: Vec<_> = caches.iter_mut().collect();
-        let slices: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
+        let slices: Vec<&[u32]> = inputs.iter().map(|t| t.ids.as_slice()).collect();
         let last = self.decoder.forward(&mut refs, &slices)?;
         let logits = self.decoder.head_logits(&last, &self.head)?;
         // Head columns are [no, yes].
@@ -306,10 +330,6 @@ impl Reranker for LlmReranker {
 
     fn max_tokens(&self) -> usize {
         self.max_len
-    }
-
-    fn count_tokens(&self, query: &str, document: &str) -> Result<usize> {
-        Ok(self.tokenizer.encode(&self.prompt(query, document), false)?.len())
     }
 
     fn identity(&self) -> ModelIdentity {

@@ -1,10 +1,14 @@
 //! Tokenization and chat templates, from `tokenizer.json` + `tokenizer_config.json` or from
 //! GGUF metadata.
 
-use std::path::Path;
+use std::{
+    collections::{HashMap, hash_map::Entry},
+    path::Path,
+    sync::{Arc, Mutex},
+};
 
 use serde::{Deserialize, Serialize};
-use tokenizers::Tokenizer;
+use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::error::{ModelError, Result, read_json};
 
@@ -31,6 +35,9 @@ pub struct TextTokenizer {
     bos_text: String,
     eos_text: String,
     chat_template: Option<String>,
+    /// Copies of `inner` that truncate pairs to a length, by length: a pair longer than its
+    /// limit is cut by the tokenizer's own pair truncation (longest first).
+    truncating: Arc<Mutex<HashMap<usize, Tokenizer>>>,
 }
 
 fn token_text(v: Option<&serde_json::Value>) -> Option<String> {
@@ -50,7 +57,7 @@ impl TextTokenizer {
         let text = |id: Option<u32>| id.and_then(|i| inner.id_to_token(i)).unwrap_or_default();
         let bos_text = text(bos);
         let eos_text = text(eos.first().copied());
-        Ok(TextTokenizer { inner, bos, eos, bos_text, eos_text, chat_template })
+        Ok(TextTokenizer { inner, bos, eos, bos_text, eos_text, chat_template, truncating: Arc::default() })
     }
 
     /// Truncates every encoding (special tokens included) to `max_len` tokens, as
@@ -118,6 +125,29 @@ impl TextTokenizer {
     pub fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>)> {
         let enc = self.inner.encode((a, b), true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
+    }
+
+    /// A text pair as a cross-encoder takes it (ids and segment ids, special tokens
+    /// added), cut to at most `max` tokens by the tokenizer's own pair truncation (longest
+    /// first), and how many tokens the pair made before the cut.
+    pub fn encode_pair_within(&self, a: &str, b: &str, max: usize) -> Result<(Vec<u32>, Vec<u32>, usize)> {
+        let (ids, types) = self.encode_pair(a, b)?;
+        let counted = ids.len();
+        if counted <= max {
+            return Ok((ids, types, counted));
+        }
+        let mut cache = self.truncating.lock().expect("tokenizer cache poisoned");
+        let cut = match cache.entry(max) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let mut t = self.inner.clone();
+                let params = TruncationParams { max_length: max, ..Default::default() };
+                t.with_truncation(Some(params)).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+                e.insert(t)
+            }
+        };
+        let enc = cut.encode((a, b), true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec(), counted))
     }
 
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {

@@ -3,7 +3,7 @@
 use std::{sync::Arc, time::Instant};
 
 use api::v1::{EmbedRequest, EmbedResponse, Embedding, Usage, embedder_server};
-use models::Embedder;
+use models::{Embedder, bert::Encoded};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
@@ -23,7 +23,7 @@ pub type EngineClock = Arc<dyn Fn() -> f64 + Send + Sync>;
 
 pub struct EmbedderService {
     embedder: Arc<dyn Embedder>,
-    batcher: Batcher<Vec<String>, Vec<Vec<f32>>>,
+    batcher: Batcher<Vec<Encoded>, Vec<Vec<f32>>>,
     limits: Limits,
     metrics: Metrics,
     health: Health,
@@ -45,7 +45,7 @@ impl EmbedderService {
             max_queue: limits.max_queue,
         };
         let (e, m, h) = (embedder.clone(), metrics.clone(), health.clone());
-        let batcher = Batcher::spawn("embedder", policy, metrics.clone(), move |jobs: Vec<Vec<String>>| {
+        let batcher = Batcher::spawn("embedder", policy, metrics.clone(), move |jobs: Vec<Vec<Encoded>>| {
             run_batch(e.as_ref(), &m, &h, &clock, jobs)
         });
         health.add_service(SERVICE);
@@ -71,9 +71,10 @@ impl EmbedderService {
         if let Some(i) = req.texts.iter().position(|t| t.trim().is_empty()) {
             return Err(Status::invalid_argument(format!("texts[{i}] is empty")));
         }
-        // Tokenize off the async runtime: long texts take milliseconds.
+        // Tokenize once, off the async runtime (long texts take milliseconds): the limit is
+        // checked and enforced on these tokens, and the batch carries them to the model.
         let (embedder, limits) = (self.embedder.clone(), self.limits.clone());
-        let (texts, counts) = tokio::task::spawn_blocking(move || -> Result<(Vec<String>, Vec<usize>), Status> {
+        let (inputs, counts) = tokio::task::spawn_blocking(move || -> Result<(Vec<Encoded>, Vec<usize>), Status> {
             let max = limits.max_tokens_per_text.unwrap_or(embedder.max_tokens()).min(embedder.max_tokens());
             let texts: Vec<String> = if req.instruction.is_empty() {
                 req.texts
@@ -84,21 +85,27 @@ impl EmbedderService {
                     .collect::<Result<_, _>>()
                     .map_err(|e| status::from_model(&e))?
             };
+            let mut inputs = Vec::with_capacity(texts.len());
             let mut counts = Vec::with_capacity(texts.len());
             for (i, t) in texts.iter().enumerate() {
-                let n = embedder.count_tokens(t).map_err(|e| status::from_model(&e))?;
-                if n > max && !req.truncate {
-                    return Err(too_large(&format!("texts[{i}] tokens (set truncate to cut them)"), n, max));
+                let tokenized = embedder.tokenize(t, max).map_err(|e| status::from_model(&e))?;
+                if tokenized.counted > max && !req.truncate {
+                    return Err(too_large(
+                        &format!("texts[{i}] tokens (set truncate to cut them)"),
+                        tokenized.counted,
+                        max,
+                    ));
                 }
-                counts.push(n.min(max));
+                counts.push(tokenized.tokens.ids.len());
+                inputs.push(tokenized.tokens);
             }
-            Ok((texts, counts))
+            Ok((inputs, counts))
         })
         .await
         .map_err(|_| Status::internal("tokenizer task failed"))??;
         let tokens: usize = counts.iter().sum();
         call.input_tokens(tokens);
-        let (vectors, batch) = self.batcher.submit(texts, tokens).await?;
+        let (vectors, batch) = self.batcher.submit(inputs, tokens).await?;
         call.batch_size(batch);
         self.metrics.tokens_in.inc_by(tokens as u64);
         Ok(EmbedResponse {
@@ -117,14 +124,14 @@ fn run_batch(
     m: &Metrics,
     health: &Health,
     clock: &EngineClock,
-    jobs: Vec<Vec<String>>,
+    jobs: Vec<Vec<Encoded>>,
 ) -> Vec<Result<Vec<Vec<f32>>, Status>> {
     if let Err(s) = health.check() {
         return jobs.iter().map(|_| Err(s.clone())).collect();
     }
-    let all: Vec<&str> = jobs.iter().flatten().map(String::as_str).collect();
+    let all: Vec<Encoded> = jobs.iter().flatten().cloned().collect();
     let (t, before) = (Instant::now(), clock());
-    let result = e.embed(&all);
+    let result = e.embed_tokens(&all);
     m.account(t.elapsed().as_secs_f64(), before, clock());
     match result {
         Ok(mut vectors) => {
@@ -146,8 +153,7 @@ fn run_batch(
             }
             jobs.iter()
                 .map(|job| {
-                    let texts: Vec<&str> = job.iter().map(String::as_str).collect();
-                    e.embed(&texts).map_err(|err| {
+                    e.embed_tokens(job).map_err(|err| {
                         health.observe(&err);
                         status::from_model(&err)
                     })

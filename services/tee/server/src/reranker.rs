@@ -3,7 +3,7 @@
 use std::{sync::Arc, time::Instant};
 
 use api::v1::{RerankRequest, RerankResponse, RerankResult, Usage, reranker_server};
-use models::Reranker;
+use models::{Reranker, bert::Encoded};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
@@ -19,7 +19,8 @@ use crate::{
 
 const SERVICE: &str = reranker_server::SERVICE_NAME;
 
-type Job = (String, Vec<String>);
+/// One request's (query, document) pairs, tokenized once.
+type Job = Vec<Encoded>;
 
 pub struct RerankerService {
     reranker: Arc<dyn Reranker>,
@@ -74,26 +75,29 @@ impl RerankerService {
         }
         let (r, limits) = (self.reranker.clone(), self.limits.clone());
         let (query, docs, truncate) = (req.query, req.documents, req.truncate);
-        let (query, docs, tokens) = tokio::task::spawn_blocking(move || -> Result<_, Status> {
+        // Tokenize each pair once: the limit is checked and enforced on these tokens, and the
+        // batch carries them to the model.
+        let (inputs, tokens) = tokio::task::spawn_blocking(move || -> Result<_, Status> {
             let max = limits.max_tokens_per_text.unwrap_or(r.max_tokens()).min(r.max_tokens());
-            let mut tokens = 0;
+            let (mut inputs, mut tokens) = (Vec::with_capacity(docs.len()), 0);
             for (i, d) in docs.iter().enumerate() {
-                let n = r.count_tokens(&query, d).map_err(|e| status::from_model(&e))?;
-                if n > max && !truncate {
+                let pair = r.tokenize_pair(&query, d, max).map_err(|e| status::from_model(&e))?;
+                if pair.counted > max && !truncate {
                     return Err(too_large(
                         &format!("documents[{i}] tokens with the query (set truncate to cut them)"),
-                        n,
+                        pair.counted,
                         max,
                     ));
                 }
-                tokens += n.min(max);
+                tokens += pair.tokens.ids.len();
+                inputs.push(pair.tokens);
             }
-            Ok((query, docs, tokens))
+            Ok((inputs, tokens))
         })
         .await
         .map_err(|_| Status::internal("tokenizer task failed"))??;
         call.input_tokens(tokens);
-        let (scores, batch) = self.batcher.submit((query, docs), tokens).await?;
+        let (scores, batch) = self.batcher.submit(inputs, tokens).await?;
         call.batch_size(batch);
         self.metrics.tokens_in.inc_by(tokens as u64);
         let mut results: Vec<RerankResult> =
@@ -120,16 +124,15 @@ fn run_batch(
     if let Err(s) = health.check() {
         return jobs.iter().map(|_| Err(s.clone())).collect();
     }
-    let pairs: Vec<(&str, &str)> =
-        jobs.iter().flat_map(|(q, docs)| docs.iter().map(move |d| (q.as_str(), d.as_str()))).collect();
+    let all: Vec<Encoded> = jobs.iter().flatten().cloned().collect();
     let (t, before) = (Instant::now(), clock());
-    let result = r.score_pairs(&pairs);
+    let result = r.score_tokens(&all);
     m.account(t.elapsed().as_secs_f64(), before, clock());
     match result {
         Ok(mut scores) => jobs
             .iter()
-            .map(|(_, docs)| {
-                let rest = scores.split_off(docs.len());
+            .map(|job| {
+                let rest = scores.split_off(job.len());
                 Ok(std::mem::replace(&mut scores, rest))
             })
             .collect(),
@@ -143,9 +146,8 @@ fn run_batch(
                 return jobs.iter().map(|_| Err(s.clone())).collect();
             }
             jobs.iter()
-                .map(|(q, docs)| {
-                    let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
-                    r.score(q, &docs).map_err(|err| {
+                .map(|job| {
+                    r.score_tokens(job).map_err(|err| {
                         health.observe(&err);
                         status::from_model(&err)
                     })

@@ -1,7 +1,11 @@
 //! The limits set by flag or environment variable, against running processes: an
 //! over-limit request is INVALID_ARGUMENT with the limit named, one within it is served.
 
+use std::sync::Arc;
+
 use api::v1::{EmbedRequest, GenerateRequest, embedder_client::EmbedderClient, generator_client::GeneratorClient};
+use models::{LoadOptions, load_embedder, ops::cosine};
+use protocol::SealedExecutor;
 use tonic::Code;
 
 use crate::support::*;
@@ -29,7 +33,15 @@ async fn max_tokens_per_text_flag_limits_each_text() {
     refused(c.embed(req(vec!["short".into(), long.clone()], false)).await, "texts[1] tokens", 16);
     // Within the limit, or cut to it on request: served.
     c.embed(req(vec!["short".into()], false)).await.unwrap();
-    c.embed(req(vec![long], true)).await.unwrap();
+    let cut = c.embed(req(vec![long.clone()], true)).await.unwrap().into_inner();
+    // The limit is enforced where it is counted: the model saw the 16 tokens counted (the
+    // text cut by the model's own rule), not the text cut at the model's 256.
+    assert_eq!(cut.usage.unwrap().prompt_tokens, 16);
+    let local = load_embedder(&path, Arc::new(SealedExecutor::new()), &LoadOptions::default()).unwrap();
+    let at_16 = local.embed_tokens(&[local.tokenize(&long, 16).unwrap().tokens]).unwrap();
+    let whole = local.embed(&[long.as_str()]).unwrap();
+    assert!(cosine(&cut.embeddings[0].values, &at_16[0]) > 0.99999);
+    assert!(cosine(&cut.embeddings[0].values, &whole[0]) < 0.999, "the whole text was embedded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -102,3 +102,23 @@ fn minilm_masked_on_the_vulkan_engine_equals_the_cpu_engine() {
         }
     }
 }
+
+/// A pair is cut where its tokens are counted exactly as the tokenizer's own truncation
+/// (longest first) cuts it, and the count is the length before the cut.
+#[test]
+fn pairs_are_cut_like_the_tokenizers_own_truncation() {
+    let dir = model("all-minilm-l6-v2");
+    let tok = models::tokenizer::TextTokenizer::from_dir(&dir).unwrap();
+    let query = "what does the gateway keep from the untrusted gpu";
+    let long = "the sealed store keeps every passage under a key derived from the launch ".repeat(8);
+    for (a, b) in [(query, long.as_str()), (long.as_str(), query), (query, "short answer")] {
+        let (whole, _) = tok.encode_pair(a, b).unwrap();
+        for max in [8, 13, 20, 64, 512] {
+            let (ids, types, counted) = tok.encode_pair_within(a, b, max).unwrap();
+            assert_eq!(counted, whole.len());
+            let reference = models::tokenizer::TextTokenizer::from_dir(&dir).unwrap().with_max_length(max).unwrap();
+            let (want_ids, want_types) = reference.encode_pair(a, b).unwrap();
+            assert_eq!((ids, types), (want_ids, want_types), "max {max}");
+        }
+    }
+}
