@@ -140,7 +140,6 @@ fn time_interleaved(
     Ok(times.into_iter().map(median).collect())
 }
 
-
 pub fn protocol(a: ProtocolArgs) -> Result<()> {
     println!(
         "| shape | n | plain ms/block | mask | masked ms/block | ratio | + U-Verify k={} ms | ratio | U-Verify adds |",
