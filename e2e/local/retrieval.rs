@@ -32,7 +32,7 @@ use crate::stack::*;
 fn scifact() -> PathBuf {
     let dir = std::env::var_os("GELO_SCIFACT")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/data/scifact"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../e2e/data/scifact"));
     assert!(
         dir.join("corpus.jsonl").exists(),
         "SciFact is missing at {} (the subset is e2e/data/scifact; set GELO_SCIFACT to a BEIR SciFact folder)",

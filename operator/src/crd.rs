@@ -431,14 +431,20 @@ pub enum Component {
 impl Component {
     pub const ALL: [Component; 4] = [Self::Embedder, Self::Reranker, Self::Generator, Self::Gateway];
 
-    /// The role name: also the `gelo` subcommand and the evidence's `role` field.
-    pub fn as_str(self) -> &'static str {
+    /// The attested model role this component serves (`None` for the gateway).
+    pub fn role(self) -> Option<attest::Role> {
         match self {
-            Self::Embedder => "embedder",
-            Self::Reranker => "reranker",
-            Self::Generator => "generator",
-            Self::Gateway => "gateway",
+            Self::Embedder => Some(attest::Role::Embedder),
+            Self::Reranker => Some(attest::Role::Reranker),
+            Self::Generator => Some(attest::Role::Generator),
+            Self::Gateway => None,
         }
+    }
+
+    /// The component's name: also the `gelo` subcommand, and for a model component the
+    /// evidence's `role` field ([`attest::Role`]).
+    pub fn as_str(self) -> &'static str {
+        self.role().map_or("gateway", attest::Role::as_str)
     }
 
     pub fn parse(s: &str) -> Option<Self> {

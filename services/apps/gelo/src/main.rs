@@ -7,14 +7,12 @@ mod commands;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use server::{Role, config::Layered};
 
 #[derive(Parser)]
 #[command(name = "gelo", version, about = "Confidential RAG on untrusted GPUs")]
 struct Cli {
-    /// YAML/JSON file of flag values (flags and GELO_* variables override it).
-    #[arg(long, global = true, env = "GELO_CONFIG")]
-    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -56,23 +54,41 @@ enum Command {
     Rag(commands::rag::RagCommand),
 }
 
+/// The command line; the roles' help names each flag's variable and default, which their
+/// typed configurations (not clap) hold.
+fn parse() -> Cli {
+    use commands::config::document_layers;
+    let service = server::ServiceConfig::default();
+    let gateway = gateway::GatewayOptions::default();
+    let mut cmd = Cli::command();
+    for role in attest::Role::ALL.map(attest::Role::as_str) {
+        cmd = cmd.mut_subcommand(role, |c| document_layers(c, &service, server::ServiceConfig::env_name));
+    }
+    cmd = cmd.mut_subcommand("gateway", |c| document_layers(c, &gateway, gateway::GatewayOptions::env_name));
+    Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> anyhow::Result<()> {
-    commands::config::load_config_file()?;
-    let cli = Cli::parse();
-    // A model service may export traces (its flags say where); everything else only logs.
-    let otlp = match &cli.command {
-        Command::Embedder(a) => a.otlp(commands::serve::Role::Embedder),
-        Command::Reranker(a) => a.otlp(commands::serve::Role::Reranker),
-        Command::Generator(a) => a.otlp(commands::serve::Role::Generator),
-        _ => None,
+    // A model service may export traces (its configuration says where); everything else
+    // only logs.
+    let (role, args) = match parse().command {
+        Command::Embedder(a) => (Role::Embedder, a),
+        Command::Reranker(a) => (Role::Reranker, a),
+        Command::Generator(a) => (Role::Generator, a),
+        command => return run_tool(command),
     };
-    let _telemetry = commands::telemetry::init(otlp)?;
-    match cli.command {
+    let config = args.config()?;
+    let _telemetry = commands::telemetry::init(commands::serve::otlp(role, &config))?;
+    commands::serve::run(role, config)
+}
+
+/// Every command but the model services.
+fn run_tool(command: Command) -> anyhow::Result<()> {
+    let _telemetry = commands::telemetry::init(None)?;
+    match command {
         Command::Attest(args) => commands::attest::run(args),
         Command::Bench(args) => bench::run(args),
-        Command::Embedder(args) => commands::serve::run(commands::serve::Role::Embedder, args),
-        Command::Reranker(args) => commands::serve::run(commands::serve::Role::Reranker, args),
-        Command::Generator(args) => commands::serve::run(commands::serve::Role::Generator, args),
+        Command::Embedder(_) | Command::Reranker(_) | Command::Generator(_) => unreachable!("a model service"),
         Command::Embed(args) => commands::models::embed(args),
         Command::Generate(args) => commands::models::generate(args),
         Command::Eval(args) => commands::models::eval(args),

@@ -9,7 +9,7 @@
 //! - [`verify`]: where evidence is verified; every rejection is a distinct `VerifyError`
 //!   ([`rejection`]).
 //! - [`policy`]: what a verifier accepts (JSON/YAML); [`role`] the attested model roles.
-//! - [`ratls`]: RA-TLS certificates, rustls verifiers (`ratls::danger`), tonic transport.
+//! - [`ratls`]: RA-TLS certificates, rustls verifiers (`ratls::verifier`), tonic transport.
 //! - [`service`]: the `Attestation.GetEvidence` server; [`challenge`] its client side.
 //!
 //! Kept free of model code so the operator and the gateway can depend on it cheaply.
@@ -39,7 +39,7 @@ pub use issuer::{
 };
 pub use policy::{CrlSource, Hex, MaskedRequirements, Policy, TrustedRoot};
 pub use ratls::ServerIdentity;
-pub use ratls::danger::ExpectedPeer;
+pub use ratls::verifier::ExpectedPeer;
 pub use report::Tcb;
 pub use role::Role;
 pub use service::AttestationService;

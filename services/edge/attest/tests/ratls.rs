@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use api::v1::attestation_server::{Attestation, AttestationServer};
 use api::v1::{GetEvidenceRequest, GetEvidenceResponse};
-use attest::ratls::danger::AttestedClientVerifier;
+use attest::ratls::verifier::AttestedClientVerifier;
 use attest::ratls::{self, EVIDENCE_OID};
 use attest::{AttestError, AttestationService, ExpectedPeer, Policy, ServerIdentity, ServiceClaims, VerifyError};
 use common::*;

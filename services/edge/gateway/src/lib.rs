@@ -16,10 +16,12 @@
 //!   state) and [`console`] (the web page).
 //! - [`error`]: the one error type and its gRPC mapping.
 //!
-//! [`run`] puts them together: the `gelo gateway` command is a thin shell around it.
+//! [`run`] puts them together: the `gelo gateway` command is a thin shell around it, reading
+//! its [`config::GatewayOptions`] from file, environment and flags.
 
 pub mod backends;
 pub mod chunker;
+pub mod config;
 pub mod console;
 pub mod docstore;
 pub mod error;
@@ -31,7 +33,9 @@ pub mod prompt;
 
 use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
-use attest::{ExpectedPeer, IssuerKind, Policy, ServerIdentity, ServiceClaims, ratls::danger::AttestedClientVerifier};
+use attest::{
+    ExpectedPeer, IssuerKind, Policy, ServerIdentity, ServiceClaims, ratls::verifier::AttestedClientVerifier,
+};
 use futures::FutureExt;
 use server::{
     Metrics,
@@ -39,10 +43,11 @@ use server::{
 };
 use tokio::net::TcpListener;
 
+pub use attest::Role;
 pub use backends::{BackendSpec, BackendStatus, Pool, Trust, VerifyTiming, routes::RoutesSource};
+pub use config::GatewayOptions;
 pub use error::{GatewayError, Result};
 pub use pipeline::{Pipeline, Settings};
-pub use attest::Role;
 
 /// Everything `gelo gateway` is configured with.
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
-use attest::{AttestationService, ServerIdentity, ratls::danger::AttestedClientVerifier};
+use attest::{AttestationService, ServerIdentity, ratls::verifier::AttestedClientVerifier};
 use axum::http::StatusCode;
 use tokio::net::TcpListener;
 use tonic::service::Routes;

@@ -1,37 +1,73 @@
-//! Configuration from a file, under flags and environment variables.
+//! A role's configuration (`gelo embedder|reranker|generator|gateway`) from defaults, a
+//! file, the environment and flags, each over the one before.
 //!
-//! `--config FILE` (or `GELO_CONFIG`) names a YAML or JSON map whose keys are flag names
-//! (`model: /models/minilm`, `max-queue: 512`). Each key becomes the `GELO_*` environment
-//! variable the flag reads, unless that variable is already set; so a flag on the command
-//! line wins over the environment, which wins over the file.
+//! `--config FILE` (or `GELO_CONFIG`) names a YAML or JSON (`.json`) map whose keys are the
+//! role's flag names (`model: /models/minilm`, `max-queue: 512`); a key the role does not
+//! have is an error. Every flag also reads `GELO_<FLAG>`. The role's flags are all optional
+//! to clap: the ones given are serialized under their names and laid over the file and the
+//! environment by `server::config::load` (figment), into the role's typed configuration
+//! (`server::ServiceConfig`, `gateway::GatewayOptions`), which holds the defaults. Nothing
+//! is written to the environment.
 
-use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
 
-pub fn load_config_file() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let from_args = args
-        .iter()
-        .position(|a| a == "--config")
-        .and_then(|i| args.get(i + 1).cloned())
-        .or_else(|| args.iter().find_map(|a| a.strip_prefix("--config=").map(str::to_string)));
-    let Some(path) = from_args.or_else(|| std::env::var("GELO_CONFIG").ok()) else {
-        return Ok(());
-    };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading config {path}"))?;
-    let map: serde_yaml::Mapping = serde_yaml::from_str(&text).with_context(|| format!("parsing config {path}"))?;
-    for (k, v) in map {
-        let Some(key) = k.as_str() else { bail!("config {path}: keys must be strings") };
-        let value = match v {
-            serde_yaml::Value::String(s) => s,
-            serde_yaml::Value::Number(n) => n.to_string(),
-            serde_yaml::Value::Bool(b) => b.to_string(),
-            other => bail!("config {path}: `{key}` must be a string, number or boolean, not {other:?}"),
-        };
-        let var = format!("GELO_{}", key.to_ascii_uppercase().replace('-', "_"));
-        if std::env::var_os(&var).is_none() {
-            // SAFETY: called at start-up, before any other thread exists.
-            unsafe { std::env::set_var(&var, value) };
-        }
+use anyhow::Result;
+use clap::{Arg, Command};
+use serde::Serialize;
+use serde_json::Value;
+use server::config::Sources;
+
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ConfigFile {
+    /// YAML or JSON file of this command's flags by name (`max-queue: 512`); GELO_*
+    /// variables and flags override it, and an unknown key is an error.
+    #[arg(long, env = "GELO_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// The layers of a role's configuration: `--config`, this process's environment, and the
+/// flags given (`flags` serialized by flag name; absent flags serialize as null and are
+/// left out).
+pub fn sources<'a>(file: &'a ConfigFile, flags: &impl Serialize) -> Result<Sources<'a, Value>> {
+    let mut flags = serde_json::to_value(flags)?;
+    if let Some(map) = flags.as_object_mut() {
+        map.retain(|_, v| !v.is_null());
     }
-    Ok(())
+    let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    Ok(Sources { file: file.config.as_deref(), env, flags })
+}
+
+/// `skip_serializing_if` of a switch: an absent `--insecure` leaves the layers below it be.
+pub fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A flag's value checked by the parser of its typed configuration, kept as given.
+pub fn checked<T: std::str::FromStr<Err = String>>(s: &str) -> Result<String, String> {
+    s.parse::<T>().map(|_| s.to_string())
+}
+
+/// Adds `[env: VAR]` and `[default: VALUE]` to the help of the role's flags, from its
+/// configuration's defaults (clap sees every such flag as optional without a default).
+pub fn document_layers(cmd: Command, defaults: &impl Serialize, env_name: impl Fn(&str) -> String) -> Command {
+    let defaults = serde_json::to_value(defaults).unwrap_or_default();
+    cmd.mut_args(|a: Arg| {
+        let Some(key) = a.get_long().map(str::to_string) else { return a };
+        if key == "config" {
+            return a;
+        }
+        let mut extra = format!("[env: {}]", env_name(&key));
+        match defaults.get(&key) {
+            Some(Value::String(s)) if !s.is_empty() => extra.push_str(&format!(" [default: {s}]")),
+            Some(v @ Value::Number(_)) | Some(v @ Value::Bool(true)) => extra.push_str(&format!(" [default: {v}]")),
+            _ => {}
+        }
+        let long = a.get_long_help().map(|h| format!("{h}\n\n{extra}"));
+        let short = a.get_help().map_or(extra.clone(), |h| format!("{h} {extra}"));
+        let a = a.help(short);
+        match long {
+            Some(l) => a.long_help(l),
+            None => a,
+        }
+    })
 }

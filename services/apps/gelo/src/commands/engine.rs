@@ -1,13 +1,11 @@
-//! Flags shared by commands that run a model: which engine, plain or masked, and how.
+//! Flags shared by the tools that run a model (`gelo embed`, `generate`, `eval`): which
+//! engine, plain or masked, and how; and opening an engine, for them and the model services.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use protocol::Engine;
-use protocol::{
-    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection, ShieldConfig,
-    UVerifyConfig,
-};
+use protocol::{DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection};
 
 /// Engine and protocol flags with an explicit `--masked` (tools default to the plaintext
 /// baseline so a plain/masked pair of runs is two commands).
@@ -62,41 +60,26 @@ pub struct ProtocolArgs {
     pub engine_recycle_mib: usize,
 }
 
+/// Opens the untrusted engine `name` (`cpu`, `vulkan`, `vulkan:N`, `vulkan:NAME`); a Vulkan
+/// engine may keep `recycle_mib` MiB of host buffers.
+pub fn open_engine(name: &str, recycle_mib: usize) -> Result<Arc<dyn Engine>> {
+    let cfg = kernels_wgpu::WgpuConfig { recycle_bytes: recycle_mib << 20, ..Default::default() };
+    kernels_wgpu::open_engine_with(name, cfg).with_context(|| format!("opening engine `{name}`"))
+}
+
 impl ProtocolArgs {
     pub fn engine(&self) -> Result<Arc<dyn Engine>> {
-        let cfg = kernels_wgpu::WgpuConfig { recycle_bytes: self.engine_recycle_mib << 20, ..Default::default() };
-        kernels_wgpu::open_engine_with(&self.engine, cfg).with_context(|| format!("opening engine `{}`", self.engine))
+        open_engine(&self.engine, self.engine_recycle_mib)
     }
 
     pub fn masked_config(&self) -> MaskedConfig {
-        MaskedConfig {
-            mask: self.mask,
-            shield: if self.shield_rows == 0 {
-                ShieldConfig::off()
-            } else {
-                ShieldConfig { rows: self.shield_rows, energy: self.shield_energy }
-            },
-            verify: (self.verify_probes > 0).then_some(UVerifyConfig { probes: self.verify_probes, range: 3 }),
-            decode_masks: self.decode_masks,
-            ..Default::default()
-        }
-    }
-
-    /// A model service's executor: the plaintext baseline when asked for, else the
-    /// `--protection` scheme (sealed never hands `engine` an operand).
-    pub fn service_executor(&self, plaintext: bool, engine: Arc<dyn Engine>) -> Result<Arc<dyn Executor>> {
-        if plaintext {
-            return self.executor(false, engine);
-        }
-        if self.protection == Protection::Sealed && self.engine != "cpu" {
-            tracing::warn!(
-                engine = %self.engine,
-                "protection `sealed`: every product runs on the TEE's CPU and the engine stays unused; \
-                 `--protection masked` offloads to it, with the leakage docs/SECURITY.md measures"
-            );
-        }
-        tracing::info!(engine = %engine.info().device, protection = self.protection.as_str(), "engine ready");
-        Ok(self.protection.executor(engine, self.masked_config())?)
+        server::config::masked_config(
+            self.mask,
+            self.shield_rows,
+            self.shield_energy,
+            self.verify_probes,
+            self.decode_masks,
+        )
     }
 
     /// The executor these flags describe, on `engine` (tools: masked or the plaintext

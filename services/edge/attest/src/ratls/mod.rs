@@ -5,7 +5,7 @@
 //! CVM, evidence binding (model identity, scheme identity, SHA-256 of the key's SPKI,
 //! [`STARTUP_NONCE`]), and a self-signed certificate carrying that evidence in the
 //! [`EVIDENCE_OID`] extension. A client verifies the evidence during the handshake
-//! ([`danger::AttestedServerVerifier`]) before any application byte flows; the TLS 1.3
+//! ([`verifier::AttestedServerVerifier`]) before any application byte flows; the TLS 1.3
 //! CertificateVerify then proves the peer holds that key, so a copied certificate is
 //! useless. Freshness comes after the handshake: `Attestation.GetEvidence(nonce)` must
 //! return evidence bound to the same key ([`crate::challenge`]).
@@ -13,8 +13,8 @@
 //! Only TLS 1.3, only rustls with ring, and no session resumption: every connection is
 //! verified from scratch.
 
-pub mod danger;
 mod transport;
+pub mod verifier;
 
 use std::sync::Arc;
 
@@ -133,8 +133,8 @@ impl ServerIdentity {
 
     /// Server config that requires an attested client (e.g. a backend that only serves an
     /// attested gateway). Read the client's evidence with
-    /// [`danger::AttestedClientVerifier::peer_of`].
-    pub fn server_config_mutual(&self, clients: Arc<danger::AttestedClientVerifier>) -> Result<Arc<ServerConfig>> {
+    /// [`verifier::AttestedClientVerifier::peer_of`].
+    pub fn server_config_mutual(&self, clients: Arc<verifier::AttestedClientVerifier>) -> Result<Arc<ServerConfig>> {
         let builder = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| AttestError::Tls(e.to_string()))?;
@@ -142,7 +142,7 @@ impl ServerIdentity {
     }
 
     /// Client config presenting this identity as a client certificate (mutual mode).
-    pub(crate) fn client_config(&self, servers: Arc<danger::AttestedServerVerifier>) -> Result<ClientConfig> {
+    pub(crate) fn client_config(&self, servers: Arc<verifier::AttestedServerVerifier>) -> Result<ClientConfig> {
         client_builder(servers)?
             .with_client_auth_cert(vec![self.cert.clone()], self.private_key())
             .map_err(|e| AttestError::Tls(e.to_string()))
@@ -164,7 +164,7 @@ fn finish_server(
 }
 
 pub(crate) fn client_builder(
-    servers: Arc<danger::AttestedServerVerifier>,
+    servers: Arc<verifier::AttestedServerVerifier>,
 ) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>> {
     Ok(ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])

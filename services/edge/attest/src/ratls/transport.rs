@@ -17,7 +17,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use super::ServerIdentity;
-use super::danger::{AttestedServerVerifier, ExpectedPeer};
+use super::verifier::{AttestedServerVerifier, ExpectedPeer};
 use crate::error::{AttestError, Result};
 use crate::policy::Policy;
 use crate::verify::{ExpectedBinding, Verified, VerifyError};

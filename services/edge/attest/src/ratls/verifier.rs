@@ -1,6 +1,8 @@
-//! rustls verifiers that replace WebPKI with attestation. Named `danger` like rustls's own
-//! module: they accept self-signed certificates, and are safe only because the evidence
-//! inside is verified against a policy and bound to the certificate's key.
+//! rustls verifiers that replace WebPKI with attestation: they accept self-signed
+//! certificates, and are safe because the evidence inside is verified against a policy
+//! and bound to the certificate's key. They implement rustls's `danger` traits, but they
+//! are the production path, so they do not live in a module of that name: in this project
+//! `danger` names only deliberate opt-outs.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
