@@ -116,6 +116,10 @@ fn pairs_are_cut_like_the_tokenizers_own_truncation() {
         for max in [8, 13, 20, 64, 512] {
             let (ids, types, counted) = tok.encode_pair_within(a, b, max).unwrap();
             assert_eq!(counted, whole.len());
+            // Cut to exactly `max` when over it, untouched when within it.
+            assert_eq!(ids.len(), whole.len().min(max), "max {max}");
+            assert_eq!(ids.first(), whole.first());
+            assert_eq!(ids.last(), whole.last(), "the closing [SEP] survives the cut");
             let reference = models::tokenizer::TextTokenizer::from_dir(&dir).unwrap().with_max_length(max).unwrap();
             let (want_ids, want_types) = reference.encode_pair(a, b).unwrap();
             assert_eq!((ids, types), (want_ids, want_types), "max {max}");
