@@ -29,7 +29,10 @@ pub mod tensors;
 pub mod tokenizer;
 
 pub use error::{ModelError, Result};
-pub use generate::{Chunk, Completion, FinishReason, GenerateRequest, Prompt, TextGenerator};
+pub use generate::{
+    AdmittedRequest, Chunk, Completion, FinishReason, GenerateRequest, GenerationLimits, Limit, Prompt, Refusal,
+    TextGenerator,
+};
 pub use identity::{Manifest, ModelIdentity};
 pub use load::{Kind, LoadOptions, ModelFiles, load_embedder, load_generator, load_reranker};
 pub use roles::{Embedder, Reranker, Tokenized};

@@ -5,7 +5,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ModelError, Result};
+use crate::error::Refusal;
 
 /// How to pick the next token. The default is greedy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -29,16 +29,19 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
-    pub fn validate(&self) -> Result<()> {
-        let bad = |what: &str| Err(ModelError::InvalidRequest(what.to_string()));
-        if !self.temperature.is_finite() || !(0.0..=5.0).contains(&self.temperature) {
-            return bad("temperature must be within 0..=5");
-        }
-        if !self.top_p.is_finite() || !(0.0..=1.0).contains(&self.top_p) {
-            return bad("top_p must be within 0..=1");
-        }
-        if !self.repetition_penalty.is_finite() || !(0.0..=10.0).contains(&self.repetition_penalty) {
-            return bad("repetition_penalty must be within 0..=10");
+    /// Refuses a parameter outside its range (`temperature` 0..=5, `top_p` 0..=1,
+    /// `repetition_penalty` 0..=10; NaN and infinities never pass). One of the rules of
+    /// [`TextGenerator::admit`](crate::TextGenerator::admit).
+    pub fn validate(&self) -> Result<(), Refusal> {
+        let checks = [
+            ("temperature", self.temperature, 0.0..=5.0, "0..=5"),
+            ("top_p", self.top_p, 0.0..=1.0, "0..=1"),
+            ("repetition_penalty", self.repetition_penalty, 0.0..=10.0, "0..=10"),
+        ];
+        for (param, value, allowed, range) in checks {
+            if !value.is_finite() || !allowed.contains(&value) {
+                return Err(Refusal::Sampling { param, range });
+            }
         }
         Ok(())
     }
@@ -167,5 +170,10 @@ mod tests {
         ] {
             assert!(p.validate().is_err(), "{p:?}");
         }
+        assert_eq!(
+            SamplingParams { top_p: f32::INFINITY, ..Default::default() }.validate(),
+            Err(Refusal::Sampling { param: "top_p", range: "0..=1" })
+        );
+        assert_eq!(SamplingParams { temperature: 5.0, top_p: 0.0, ..Default::default() }.validate(), Ok(()));
     }
 }

@@ -4,6 +4,11 @@
 //! (cancel) or whose deadline passed is dropped at the next step, freeing its KV cache.
 //! The server enforces `grpc-timeout` itself: tonic's own timeout ends when the handler
 //! returns the stream, long before the stream ends.
+//!
+//! A request is checked in one place, [`TextGenerator::admit`] (the models own the rules;
+//! the service's [`Limits`] become its `GenerationLimits`): this module only maps the
+//! protobuf fields to a `GenerateRequest` and a refusal to its status
+//! ([`status::from_model`]). The scheduler takes only admitted requests.
 
 use std::{
     pin::Pin,
@@ -19,7 +24,8 @@ use std::{
 use api::v1::{FinishReason as PbFinish, GenerateRequest as PbRequest, GenerateResponse, Usage, generator_server};
 use futures::{Stream, StreamExt};
 use models::{
-    ChatMessage, Chunk, FinishReason, GenerateRequest, Prompt, SamplingParams, TextGenerator, generate::Sequence,
+    AdmittedRequest, ChatMessage, Chunk, FinishReason, GenerateRequest, GenerationLimits, Prompt, SamplingParams,
+    TextGenerator, generate::Sequence,
 };
 use tokio::sync::mpsc as tmpsc;
 use tonic::{Code, Request, Response, Status};
@@ -28,7 +34,7 @@ use tracing::Instrument;
 use crate::{
     embedder::EngineClock,
     health::Health,
-    limits::{Limits, overloaded, too_large},
+    limits::{Limits, overloaded},
     metrics::Metrics,
     rpc::Call,
     status,
@@ -39,7 +45,7 @@ const SERVICE: &str = generator_server::SERVICE_NAME;
 type Out = tmpsc::UnboundedSender<Result<GenerateResponse, Status>>;
 
 struct NewSeq {
-    req: GenerateRequest,
+    req: AdmittedRequest,
     out: Out,
     deadline: Option<Instant>,
     /// The largest decode batch the sequence ran in, for its RPC's span.
@@ -95,15 +101,49 @@ pub struct GeneratorService {
     tx: mpsc::Sender<NewSeq>,
     waiting: Arc<AtomicUsize>,
     limits: Limits,
+    /// What `limits` says about a generation request, for [`TextGenerator::admit`].
+    admission: Arc<GenerationLimits>,
     metrics: Metrics,
     health: Health,
 }
 
 /// Tokens generated when a request does not say.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
-/// Longest run of words `stop_repeated_words` may name (the shortest is 2: single words
-/// repeat all the time).
-const MAX_STOP_REPEATED_WORDS: u32 = 64;
+
+/// The service's limits on a generation request; the rest (the longest stop string, the
+/// runs `stop_repeated_words` may name) are the models' defaults.
+fn admission(limits: &Limits) -> GenerationLimits {
+    GenerationLimits {
+        max_output_tokens: limits.max_output_tokens,
+        max_stop_strings: limits.max_stop_strings,
+        max_prompt_tokens: limits.max_prompt_tokens,
+        ..GenerationLimits::default()
+    }
+}
+
+/// The request as the models take it, field for field; a field left at 0 (or empty)
+/// means its default. Checking it is [`TextGenerator::admit`]'s business.
+fn request(r: PbRequest) -> GenerateRequest {
+    let prompt = if r.raw_prompt.is_empty() {
+        Prompt::Chat(r.messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect())
+    } else {
+        Prompt::Raw(r.raw_prompt)
+    };
+    let or = |v: f32, default: f32| if v == 0.0 { default } else { v };
+    GenerateRequest {
+        prompt,
+        max_tokens: if r.max_tokens == 0 { DEFAULT_MAX_TOKENS } else { r.max_tokens as usize },
+        sampling: SamplingParams {
+            temperature: r.temperature,
+            top_k: r.top_k as usize,
+            top_p: or(r.top_p, 1.0),
+            repetition_penalty: or(r.repetition_penalty, 1.0),
+            seed: r.seed,
+        },
+        stop: r.stop,
+        stop_repeated_words: r.stop_repeated_words as usize,
+    }
+}
 
 impl GeneratorService {
     pub fn new(
@@ -128,7 +168,8 @@ impl GeneratorService {
             .spawn(move || scheduler.run(rx))
             .expect("spawning the scheduler");
         health.add_service(SERVICE);
-        GeneratorService { generator, tx, waiting, limits, metrics, health }
+        let admission = Arc::new(admission(&limits));
+        GeneratorService { generator, tx, waiting, limits, admission, metrics, health }
     }
 
     pub fn into_server(self) -> generator_server::GeneratorServer<Self> {
@@ -136,83 +177,17 @@ impl GeneratorService {
         generator_server::GeneratorServer::new(self).max_decoding_message_size(max)
     }
 
-    fn request(&self, r: PbRequest) -> Result<GenerateRequest, Status> {
-        let prompt = if !r.raw_prompt.is_empty() {
-            Prompt::Raw(r.raw_prompt)
-        } else {
-            if r.messages.is_empty() {
-                return Err(Status::invalid_argument("messages is empty (or set raw_prompt)"));
-            }
-            for (i, m) in r.messages.iter().enumerate() {
-                if !matches!(m.role.as_str(), "system" | "user" | "assistant") {
-                    return Err(Status::invalid_argument(format!(
-                        "messages[{i}].role must be system, user or assistant"
-                    )));
-                }
-            }
-            if r.messages.iter().all(|m| m.content.trim().is_empty()) {
-                return Err(Status::invalid_argument("every message is empty"));
-            }
-            Prompt::Chat(r.messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect())
-        };
-        let max_tokens = if r.max_tokens == 0 { DEFAULT_MAX_TOKENS } else { r.max_tokens as usize };
-        if max_tokens > self.limits.max_output_tokens {
-            return Err(too_large("max_tokens", max_tokens, self.limits.max_output_tokens));
-        }
-        if r.stop.len() > self.limits.max_stop_strings {
-            return Err(too_large("stop strings", r.stop.len(), self.limits.max_stop_strings));
-        }
-        if r.stop.iter().any(|s| s.len() > 256) {
-            return Err(Status::invalid_argument("a stop string is longer than 256 bytes"));
-        }
-        let sampling = SamplingParams {
-            temperature: r.temperature,
-            top_k: r.top_k as usize,
-            top_p: if r.top_p == 0.0 { 1.0 } else { r.top_p },
-            repetition_penalty: if r.repetition_penalty == 0.0 { 1.0 } else { r.repetition_penalty },
-            seed: r.seed,
-        };
-        sampling.validate().map_err(|e| status::from_model(&e))?;
-        if r.stop_repeated_words == 1 || r.stop_repeated_words > MAX_STOP_REPEATED_WORDS {
-            return Err(Status::invalid_argument(format!(
-                "stop_repeated_words must be 0 (off) or 2 to {MAX_STOP_REPEATED_WORDS}, got {}",
-                r.stop_repeated_words
-            )));
-        }
-        Ok(GenerateRequest {
-            prompt,
-            max_tokens,
-            sampling,
-            stop: r.stop,
-            stop_repeated_words: r.stop_repeated_words as usize,
-        })
-    }
-
     async fn handle(&self, r: PbRequest, deadline: Option<Instant>, call: &Call) -> Result<Receiver, Status> {
         self.health.check()?;
         call.items(r.messages.len());
-        let req = self.request(r)?;
-        // Render and count the prompt off the runtime, and refuse what cannot fit.
-        let (g, limits) = (self.generator.clone(), self.limits.clone());
-        let req = tokio::task::spawn_blocking(move || -> Result<GenerateRequest, Status> {
-            let tokens = g.prompt_tokens(&req.prompt).map_err(|e| status::from_model(&e))?;
-            if tokens.is_empty() {
-                return Err(Status::invalid_argument("the prompt is empty"));
-            }
-            let limit = limits.max_prompt_tokens.unwrap_or(g.context_limit()).min(g.context_limit());
-            if tokens.len() > limit {
-                return Err(too_large("prompt tokens", tokens.len(), limit));
-            }
-            if tokens.len() + req.max_tokens > g.context_limit() {
-                return Err(too_large("prompt tokens + max_tokens", tokens.len() + req.max_tokens, g.context_limit()));
-            }
-            Ok(GenerateRequest { prompt: Prompt::Tokens(tokens), ..req })
-        })
-        .await
-        .map_err(|_| Status::internal("tokenizer task failed"))??;
-        if let Prompt::Tokens(t) = &req.prompt {
-            call.input_tokens(t.len());
-        }
+        let req = request(r);
+        // Admission tokenizes (renders and counts the prompt): off the runtime.
+        let (g, admission) = (self.generator.clone(), self.admission.clone());
+        let req = tokio::task::spawn_blocking(move || g.admit(req, &admission))
+            .await
+            .map_err(|_| Status::internal("tokenizer task failed"))?
+            .map_err(|e| status::from_model(&e))?;
+        call.input_tokens(req.prompt_tokens().len());
         if self.waiting.load(Ordering::SeqCst) >= self.limits.max_queue {
             return Err(overloaded("generation queue", self.limits.max_queue));
         }
@@ -352,7 +327,7 @@ impl Scheduler {
             self.health.observe(e);
             status::from_model(e)
         };
-        let reqs: Vec<GenerateRequest> = new.iter().map(|n| n.req.clone()).collect();
+        let reqs: Vec<AdmittedRequest> = new.iter().map(|n| n.req.clone()).collect();
         let (t, before) = (Instant::now(), clock());
         let started = models::on_pool(|| g.start_batch(&reqs));
         m.account(t.elapsed().as_secs_f64(), before, clock());

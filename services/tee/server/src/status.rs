@@ -1,13 +1,20 @@
 //! Model and protocol errors as gRPC statuses: the one place they are mapped.
 
-use models::ModelError;
+use models::{ModelError, Refusal};
 use protocol::EngineError;
 use protocol::ProtocolError;
 use tonic::Status;
 
+use crate::limits::too_large;
+
+/// The status for a model error: a refused or malformed request is `INVALID_ARGUMENT` with
+/// the model's message (a count over a limit as [`too_large`] words it), an engine failure
+/// its own code ([`from_protocol`]), anything else `INTERNAL`.
 pub fn from_model(e: &ModelError) -> Status {
     match e {
-        ModelError::InvalidRequest(_)
+        ModelError::Refused(Refusal::TooLarge { what, got, limit }) => too_large(&what.to_string(), *got, *limit),
+        ModelError::Refused(_)
+        | ModelError::InvalidRequest(_)
         | ModelError::ContextTooLong { .. }
         | ModelError::Tokenizer(_)
         | ModelError::Template(_) => Status::invalid_argument(e.to_string()),
@@ -33,4 +40,27 @@ pub fn from_protocol(e: &ProtocolError) -> Status {
 /// Whether a status means the engine can no longer be trusted or used.
 pub fn is_engine_failure(s: &Status) -> bool {
     matches!(s.code(), tonic::Code::DataLoss | tonic::Code::Unavailable)
+}
+
+#[cfg(test)]
+mod tests {
+    use models::{Limit, ModelError, Refusal};
+    use tonic::Code;
+
+    use super::from_model;
+    use crate::limits::too_large;
+
+    #[test]
+    fn a_refused_request_is_invalid_argument_with_the_models_message() {
+        let over = ModelError::from(Refusal::TooLarge { what: Limit::StopStrings, got: 17, limit: 16 });
+        let (s, want) = (from_model(&over), too_large("stop strings", 17, 16));
+        assert_eq!((s.code(), s.message()), (want.code(), want.message()));
+        let s = from_model(&ModelError::from(Refusal::UnknownRole { index: 1 }));
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::InvalidArgument, "messages[1].role must be system, user or assistant")
+        );
+        let s = from_model(&ModelError::Config("bad".into()));
+        assert_eq!(s.code(), Code::Internal);
+    }
 }

@@ -1,7 +1,9 @@
 //! Generation: batched == single, seeded sampling reproduces, limits give clear errors,
 //! stop strings and streaming.
 
-use models::{ChatMessage, FinishReason, GenerateRequest, ModelError, Prompt, SamplingParams, load_generator};
+use models::{
+    ChatMessage, FinishReason, GenerateRequest, Limit, ModelError, Prompt, Refusal, SamplingParams, load_generator,
+};
 
 use crate::support::*;
 
@@ -50,16 +52,18 @@ fn too_long_a_context_is_a_clear_error() {
             .unwrap();
     let req = GenerateRequest::greedy(Prompt::Raw("word ".repeat(40)), 32);
     match g.generate(&req, |_| true) {
-        Err(ModelError::ContextTooLong { tokens, limit }) => assert!(tokens > limit && limit == 64),
-        other => panic!("expected ContextTooLong, got {:?}", other.map(|c| c.tokens)),
+        Err(ModelError::Refused(Refusal::TooLarge { what: Limit::Context, got, limit })) => {
+            assert!(got > limit && limit == 64)
+        }
+        other => panic!("expected the context refused, got {:?}", other.map(|c| c.tokens)),
     }
     let bad = GenerateRequest {
         sampling: SamplingParams { temperature: -1.0, ..Default::default() },
         ..GenerateRequest::greedy(Prompt::Raw("hi".into()), 4)
     };
-    assert!(matches!(g.generate(&bad, |_| true), Err(ModelError::InvalidRequest(_))));
+    assert!(matches!(g.generate(&bad, |_| true), Err(ModelError::Refused(Refusal::Sampling { .. }))));
     let role = GenerateRequest::greedy(Prompt::Chat(vec![ChatMessage::new("wizard", "hi")]), 4);
-    assert!(matches!(g.generate(&role, |_| true), Err(ModelError::InvalidRequest(_))));
+    assert!(matches!(g.generate(&role, |_| true), Err(ModelError::Refused(Refusal::UnknownRole { index: 0 }))));
 }
 
 #[test]
