@@ -8,7 +8,7 @@ mod commands;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use server::{Role, config::Layered};
+use server::Role;
 
 #[derive(Parser)]
 #[command(name = "gelo", version, about = "Confidential RAG on untrusted GPUs")]
@@ -54,18 +54,28 @@ enum Command {
     Rag(commands::rag::RagCommand),
 }
 
-/// The command line; the roles' help names each flag's variable and default, which their
-/// typed configurations (not clap) hold.
-fn parse() -> Cli {
+/// The command line; the help of the roles' flags, and of the engine and protocol flags of
+/// the tools that run a model, names each one's variable and default, which their typed
+/// configurations (not clap) hold.
+fn command() -> clap::Command {
     use commands::config::document_layers;
-    let service = server::ServiceConfig::default();
-    let gateway = gateway::GatewayOptions::default();
+    use server::{ServiceConfig, config::ProtocolConfig};
     let mut cmd = Cli::command();
     for role in attest::Role::ALL.map(attest::Role::as_str) {
-        cmd = cmd.mut_subcommand(role, |c| document_layers(c, &service, server::ServiceConfig::env_name));
+        cmd = cmd.mut_subcommand(role, document_layers::<ServiceConfig>);
     }
-    cmd = cmd.mut_subcommand("gateway", |c| document_layers(c, &gateway, gateway::GatewayOptions::env_name));
-    Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit())
+    cmd = cmd.mut_subcommand("gateway", document_layers::<gateway::GatewayOptions>);
+    for tool in ["embed", "generate"] {
+        cmd = cmd.mut_subcommand(tool, document_layers::<ProtocolConfig>);
+    }
+    cmd.mut_subcommand("eval", |eval| {
+        let names: Vec<String> = eval.get_subcommands().map(|c| c.get_name().to_string()).collect();
+        names.iter().fold(eval, |eval, name| eval.mut_subcommand(name, document_layers::<ProtocolConfig>))
+    })
+}
+
+fn parse() -> Cli {
+    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -99,5 +109,48 @@ fn run_tool(command: Command) -> anyhow::Result<()> {
         Command::Query(args) => commands::rag::run(commands::rag::RagCommand::Query(args)),
         Command::Search(args) => commands::rag::run(commands::rag::RagCommand::Search(args)),
         Command::Rag(cmd) => commands::rag::run(cmd),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The long help of `gelo <path>`.
+    fn help(path: &[&str]) -> String {
+        let mut cmd = super::command();
+        let mut sub = &mut cmd;
+        for name in path {
+            sub = sub.find_subcommand_mut(name).unwrap_or_else(|| panic!("no subcommand {name}"));
+        }
+        sub.render_long_help().to_string()
+    }
+
+    /// The services and the tools list the same engine and protocol flags, each with its
+    /// variable and default from `ProtocolConfig`; the tools' other flags read no variable.
+    #[test]
+    fn services_and_tools_document_the_protocol_flags_alike() {
+        let flags = [
+            ("--protection", "[env: GELO_PROTECTION] [default: sealed]"),
+            ("--engine", "[env: GELO_ENGINE] [default: cpu]"),
+            ("--mask", "[env: GELO_MASK] [default: auto]"),
+            ("--shield-rows", "[env: GELO_SHIELD_ROWS] [default: 8]"),
+            ("--shield-energy", "[env: GELO_SHIELD_ENERGY] [default: 4.0]"),
+            ("--decode-masks", "[env: GELO_DECODE_MASKS] [default: per-sequence]"),
+            ("--verify-probes", "[env: GELO_VERIFY_PROBES] [default: 2]"),
+            ("--engine-recycle-mib", "[env: GELO_ENGINE_RECYCLE_MIB] [default: 1024]"),
+        ];
+        for path in
+            [&["embedder"][..], &["generator"], &["embed"], &["generate"], &["eval", "beir"], &["eval", "rerank"]]
+        {
+            let help = help(path);
+            for (flag, extra) in flags {
+                assert!(help.contains(&format!("{flag} <")), "gelo {path:?} --help lacks {flag}:\n{help}");
+                assert!(help.contains(extra), "gelo {path:?} --help lacks `{extra}`:\n{help}");
+            }
+            assert!(help.contains("U-Verify probes per weight under `masked`"), "{help}");
+        }
+        let embed = help(&["embed"]);
+        assert!(!embed.contains("GELO_MODEL") && !embed.contains("GELO_MASKED"), "{embed}");
+        assert!(help(&["embedder"]).contains("[env: GELO_MODEL]"));
+        assert!(!help(&["bench", "model"]).contains("GELO_MASK"), "bench's own --mask reads no variable");
     }
 }

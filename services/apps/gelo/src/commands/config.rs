@@ -15,7 +15,7 @@ use anyhow::Result;
 use clap::{Arg, Command};
 use serde::Serialize;
 use serde_json::Value;
-use server::config::Sources;
+use server::config::{Layered, Sources};
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ConfigFile {
@@ -47,16 +47,22 @@ pub fn checked<T: std::str::FromStr<Err = String>>(s: &str) -> Result<String, St
     s.parse::<T>().map(|_| s.to_string())
 }
 
-/// Adds `[env: VAR]` and `[default: VALUE]` to the help of the role's flags, from its
-/// configuration's defaults (clap sees every such flag as optional without a default).
-pub fn document_layers(cmd: Command, defaults: &impl Serialize, env_name: impl Fn(&str) -> String) -> Command {
-    let defaults = serde_json::to_value(defaults).unwrap_or_default();
-    cmd.mut_args(|a: Arg| {
-        let Some(key) = a.get_long().map(str::to_string) else { return a };
-        if key == "config" {
-            return a;
+/// Adds `[env: VAR]` and `[default: VALUE]` to the help of `cmd`'s flags that are keys of
+/// `T` (a role's configuration, or the `ProtocolConfig` of a tool that runs a model), from
+/// `T`'s defaults (clap sees every such flag as optional without a default).
+pub fn document_layers<T: Layered + Serialize + Default>(cmd: Command) -> Command {
+    let mut defaults = serde_json::to_value(T::default()).unwrap_or_default();
+    if let Some(map) = defaults.as_object_mut() {
+        for (section, _) in T::SECTIONS {
+            if let Some(Value::Object(inner)) = map.remove(*section) {
+                map.extend(inner);
+            }
         }
-        let mut extra = format!("[env: {}]", env_name(&key));
+    }
+    let keys = T::keys();
+    cmd.mut_args(|a: Arg| {
+        let Some(key) = a.get_long().filter(|k| keys.contains(k)).map(str::to_string) else { return a };
+        let mut extra = format!("[env: {}]", T::env_name(&key));
         match defaults.get(&key) {
             Some(Value::String(s)) if !s.is_empty() => extra.push_str(&format!(" [default: {s}]")),
             Some(v @ Value::Number(_)) | Some(v @ Value::Bool(true)) => extra.push_str(&format!(" [default: {v}]")),

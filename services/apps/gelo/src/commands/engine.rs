@@ -1,95 +1,143 @@
-//! Flags shared by the tools that run a model (`gelo embed`, `generate`, `eval`): which
-//! engine, plain or masked, and how; and opening an engine, for them and the model services.
+//! The engine and protocol flags ([`ProtocolFlags`]), of the model services and of the tools
+//! that run a model (`gelo embed`, `generate`, `eval`, through [`ExecArgs`]); and opening an
+//! engine, for both. The flags' defaults and variables are those of
+//! `server::config::ProtocolConfig`, which both read them into.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use protocol::Engine;
-use protocol::{DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, Protection};
+use protocol::{DecodeMasks, Engine, Executor, MaskKind, MaskedExecutor, PlaintextExecutor, Protection};
+use serde::Serialize;
+use server::config::ProtocolConfig;
 
-/// Engine and protocol flags with an explicit `--masked` (tools default to the plaintext
-/// baseline so a plain/masked pair of runs is two commands).
+use super::config::{ConfigFile, checked, sources};
+
+/// The untrusted engine and the protocol settings, every one optional here: a flag not given
+/// leaves the value to `GELO_<FLAG>` (or a service's `--config` file) or the default
+/// (`server::config::ProtocolConfig`).
+#[derive(clap::Args, Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ProtocolFlags {
+    /// Protection of a service's requests: `sealed` (products on the TEE's CPU, the engine
+    /// sees nothing) or `masked` (products on the engine under GELO masks; measurably
+    /// weaker, see docs/SECURITY.md).
+    #[arg(long, value_parser = checked::<Protection>)]
+    pub protection: Option<String>,
+    /// Untrusted engine: `cpu`, `vulkan`, `vulkan:N` (adapter index) or `vulkan:NAME`.
+    #[arg(long)]
+    pub engine: Option<String>,
+    /// Mask family: haar, hd3, hd3-blocked, auto.
+    #[arg(long, value_parser = checked::<MaskKind>)]
+    pub mask: Option<String>,
+    /// Shield rows per sequence (0 disables them).
+    #[arg(long)]
+    pub shield_rows: Option<usize>,
+    /// Shield row energy, in mean activation row norms.
+    #[arg(long)]
+    pub shield_energy: Option<f32>,
+    /// Decode-step masks: `per-sequence` (each sequence's row under its own shield rows) or
+    /// `shared` (a step's rows mixed under one mask and one set of shield rows: faster at
+    /// batched decode, and measurably weaker there against the attack harness's
+    /// nearest-neighbour attack; see docs/SECURITY.md).
+    #[arg(long, value_parser = checked::<DecodeMasks>)]
+    pub decode_masks: Option<String>,
+    /// U-Verify probes per weight under `masked` (0: off, which the default policy
+    /// refuses). Each probe misses a wrong product with probability 1/6.
+    #[arg(long)]
+    pub verify_probes: Option<usize>,
+    /// Host memory (MiB) a Vulkan engine may keep in recycled buffers of masked operands
+    /// and results (0: none).
+    #[arg(long)]
+    pub engine_recycle_mib: Option<usize>,
+}
+
+/// A tool's engine and protocol flags, with an explicit `--masked` (tools default to the
+/// plaintext baseline so a plain/masked pair of runs is two commands; `--protection` is not
+/// read by them).
 #[derive(clap::Args, Clone, Debug)]
 pub struct ExecArgs {
     #[command(flatten)]
-    pub protocol: ProtocolArgs,
+    pub protocol: ProtocolFlags,
     /// Run through the GELO mask (otherwise the plaintext baseline).
     #[arg(long)]
     pub masked: bool,
 }
 
 impl ExecArgs {
+    /// The settings: these flags over `GELO_*` over the defaults (no config file).
+    pub fn config(&self) -> Result<ProtocolConfig> {
+        ProtocolConfig::load(&sources(&ConfigFile::default(), &self.protocol)?)
+    }
+
+    /// The executor these flags describe: masked or the plaintext baseline, on their engine.
     pub fn executor(&self) -> Result<Arc<dyn Executor>> {
-        self.protocol.executor(self.masked, self.protocol.engine()?)
-    }
-}
-
-/// The untrusted engine and the protocol settings.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ProtocolArgs {
-    /// Protection of a service's requests: `sealed` (default: products on the TEE's CPU,
-    /// the engine sees nothing) or `masked` (products on the engine under GELO masks;
-    /// measurably weaker, see docs/SECURITY.md).
-    #[arg(long, env = "GELO_PROTECTION", default_value = "sealed")]
-    pub protection: Protection,
-    /// Untrusted engine: `cpu`, `vulkan`, `vulkan:N` (adapter index) or `vulkan:NAME`.
-    #[arg(long, env = "GELO_ENGINE", default_value = "cpu")]
-    pub engine: String,
-    /// Mask family: haar, hd3, hd3-blocked, auto.
-    #[arg(long, env = "GELO_MASK", default_value = "auto")]
-    pub mask: MaskKind,
-    /// Shield rows per sequence (0 disables them).
-    #[arg(long, env = "GELO_SHIELD_ROWS", default_value_t = 8)]
-    pub shield_rows: usize,
-    /// Shield row energy, in mean activation row norms.
-    #[arg(long, env = "GELO_SHIELD_ENERGY", default_value_t = 4.0)]
-    pub shield_energy: f32,
-    /// Decode-step masks: `per-sequence` (each sequence's row under its own shield rows) or
-    /// `shared` (a step's rows mixed under one mask and one set of shield rows: faster at
-    /// batched decode, and measurably weaker there against the attack harness's
-    /// nearest-neighbour attack; see docs/SECURITY.md).
-    #[arg(long, env = "GELO_DECODE_MASKS", default_value = "per-sequence")]
-    pub decode_masks: DecodeMasks,
-    /// U-Verify probes per weight under `masked` (0: off, which the default policy
-    /// refuses). Each probe misses a wrong product with probability 1/6.
-    #[arg(long, env = "GELO_VERIFY_PROBES", default_value_t = 2)]
-    pub verify_probes: usize,
-    /// Host memory (MiB) a Vulkan engine may keep in recycled buffers of masked operands
-    /// and results (0: none).
-    #[arg(long, env = "GELO_ENGINE_RECYCLE_MIB", default_value_t = 1024)]
-    pub engine_recycle_mib: usize,
-}
-
-/// Opens the untrusted engine `name` (`cpu`, `vulkan`, `vulkan:N`, `vulkan:NAME`); a Vulkan
-/// engine may keep `recycle_mib` MiB of host buffers.
-pub fn open_engine(name: &str, recycle_mib: usize) -> Result<Arc<dyn Engine>> {
-    let cfg = kernels_wgpu::WgpuConfig { recycle_bytes: recycle_mib << 20, ..Default::default() };
-    kernels_wgpu::open_engine_with(name, cfg).with_context(|| format!("opening engine `{name}`"))
-}
-
-impl ProtocolArgs {
-    pub fn engine(&self) -> Result<Arc<dyn Engine>> {
-        open_engine(&self.engine, self.engine_recycle_mib)
+        self.executor_for(&self.config()?)
     }
 
-    pub fn masked_config(&self) -> MaskedConfig {
-        server::config::masked_config(
-            self.mask,
-            self.shield_rows,
-            self.shield_energy,
-            self.verify_probes,
-            self.decode_masks,
-        )
-    }
-
-    /// The executor these flags describe, on `engine` (tools: masked or the plaintext
-    /// baseline, whatever `--protection` says).
-    pub fn executor(&self, masked: bool, engine: Arc<dyn Engine>) -> Result<Arc<dyn Executor>> {
-        tracing::info!(engine = %engine.info().device, masked, "engine ready");
-        Ok(if masked {
-            Arc::new(MaskedExecutor::new(engine, self.masked_config())?)
+    /// The executor `cfg` (this command's [`ExecArgs::config`]) describes.
+    pub fn executor_for(&self, cfg: &ProtocolConfig) -> Result<Arc<dyn Executor>> {
+        let engine = open_engine(cfg)?;
+        tracing::info!(engine = %engine.info().device, masked = self.masked, "engine ready");
+        Ok(if self.masked {
+            Arc::new(MaskedExecutor::new(engine, cfg.masked_config())?)
         } else {
             Arc::new(PlaintextExecutor::new(engine))
         })
+    }
+}
+
+/// Opens the untrusted engine `cfg` names (`cpu`, `vulkan`, `vulkan:N`, `vulkan:NAME`); a
+/// Vulkan engine may keep `engine-recycle-mib` MiB of host buffers.
+pub fn open_engine(cfg: &ProtocolConfig) -> Result<Arc<dyn Engine>> {
+    let name = &cfg.engine;
+    let wgpu = kernels_wgpu::WgpuConfig { recycle_bytes: cfg.engine_recycle_mib << 20, ..Default::default() };
+    kernels_wgpu::open_engine_with(name, wgpu).with_context(|| format!("opening engine `{name}`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Tool {
+        #[command(flatten)]
+        exec: ExecArgs,
+    }
+
+    fn resolve(args: &[&str], env: &[(&str, &str)]) -> Result<ProtocolConfig> {
+        let tool = Tool::try_parse_from(std::iter::once("tool").chain(args.iter().copied()))?;
+        let no_file = ConfigFile::default();
+        let mut layers = sources(&no_file, &tool.exec.protocol)?;
+        layers.env = env.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+        ProtocolConfig::load(&layers)
+    }
+
+    #[test]
+    fn a_tool_reads_its_flags_over_gelo_variables_over_the_defaults() {
+        let env = [("GELO_SHIELD_ROWS", "5"), ("GELO_ENGINE", "vulkan:0"), ("GELO_MASK", "haar")];
+        let cfg = resolve(&["--shield-rows", "7", "--decode-masks", "shared", "--masked"], &env).unwrap();
+        assert_eq!(cfg.shield_rows, 7, "flag over env");
+        assert_eq!((cfg.engine.as_str(), cfg.mask), ("vulkan:0", MaskKind::Haar), "env over default");
+        assert_eq!(cfg.decode_masks, DecodeMasks::Shared);
+        assert_eq!((cfg.verify_probes, cfg.engine_recycle_mib), (2, 1024), "defaults");
+        assert_eq!(resolve(&[], &[]).unwrap(), ProtocolConfig::default());
+    }
+
+    #[test]
+    fn a_tool_refuses_a_bad_value_naming_its_flag_or_variable() {
+        assert!(resolve(&["--mask", "round"], &[]).is_err(), "clap checks a flag's value");
+        let err = resolve(&[], &[("GELO_VERIFY_PROBES", "two")]).unwrap_err().to_string();
+        assert!(err.contains("GELO_VERIFY_PROBES"), "{err}");
+    }
+
+    /// Flags not given serialize to nothing, so they cannot hide a variable.
+    #[test]
+    fn absent_flags_are_left_out() {
+        let tool = Tool::try_parse_from(["tool", "--engine", "cpu"]).unwrap();
+        let no_file = ConfigFile::default();
+        let layers = sources(&no_file, &tool.exec.protocol).unwrap();
+        assert_eq!(layers.flags, serde_json::json!({ "engine": "cpu" }));
     }
 }

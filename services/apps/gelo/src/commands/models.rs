@@ -169,7 +169,8 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         data.corpus.retain(|_| *it.next().expect("same length"));
     }
     let opts = LoadOptions { max_seq_length: a.max_seq_length, ..Default::default() };
-    let e = load_embedder(&a.model, a.exec.executor()?, &opts)?;
+    let protocol = a.exec.config()?;
+    let e = load_embedder(&a.model, a.exec.executor_for(&protocol)?, &opts)?;
     let mut last = Instant::now();
     let s = beir::evaluate(e.as_ref(), &data, a.batch, |stage, done, total| {
         if last.elapsed().as_secs() >= 10 || done == total {
@@ -187,7 +188,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
             "corpus_seconds": s.corpus_seconds,
             "query_seconds": s.query_seconds,
             "masked": a.exec.masked,
-            "engine": a.exec.protocol.engine,
+            "engine": protocol.engine,
         })
     );
     Ok(())

@@ -7,13 +7,12 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use anyhow::Result;
 use kernels::timing::TimedEngine;
-use protocol::{DecodeMasks, MaskKind, Protection};
 use serde::Serialize;
 use server::{Role, ServiceConfig, ServiceEngine, embedder::EngineClock};
 
 use super::{
-    config::{ConfigFile, checked, is_false, sources},
-    engine::open_engine,
+    config::{ConfigFile, is_false, sources},
+    engine::{ProtocolFlags, open_engine},
     telemetry::Otlp,
 };
 
@@ -31,37 +30,9 @@ pub struct ServiceArgs {
     /// Refuse to start unless the model files hash to this identity (64 hex).
     #[arg(long)]
     pub expect_identity: Option<String>,
-    /// Protection of a service's requests: `sealed` (products on the TEE's CPU, the engine
-    /// sees nothing) or `masked` (products on the engine under GELO masks; measurably
-    /// weaker, see docs/SECURITY.md).
-    #[arg(long, value_parser = checked::<Protection>)]
-    pub protection: Option<String>,
-    /// Untrusted engine: `cpu`, `vulkan`, `vulkan:N` (adapter index) or `vulkan:NAME`.
-    #[arg(long)]
-    pub engine: Option<String>,
-    /// Mask family: haar, hd3, hd3-blocked, auto.
-    #[arg(long, value_parser = checked::<MaskKind>)]
-    pub mask: Option<String>,
-    /// Shield rows per sequence (0 disables them).
-    #[arg(long)]
-    pub shield_rows: Option<usize>,
-    /// Shield row energy, in mean activation row norms.
-    #[arg(long)]
-    pub shield_energy: Option<f32>,
-    /// Decode-step masks: `per-sequence` (each sequence's row under its own shield rows) or
-    /// `shared` (a step's rows mixed under one mask and one set of shield rows: faster at
-    /// batched decode, and measurably weaker there against the attack harness's
-    /// nearest-neighbour attack; see docs/SECURITY.md).
-    #[arg(long, value_parser = checked::<DecodeMasks>)]
-    pub decode_masks: Option<String>,
-    /// U-Verify probes per weight under `masked` (0: off, which the default policy
-    /// refuses). Each probe misses a wrong product with probability 1/6.
-    #[arg(long)]
-    pub verify_probes: Option<usize>,
-    /// Host memory (MiB) a Vulkan engine may keep in recycled buffers of masked operands
-    /// and results (0: none).
-    #[arg(long)]
-    pub engine_recycle_mib: Option<usize>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub protocol: ProtocolFlags,
     /// Send activations to the engine in the clear (parity baseline; never in production).
     #[arg(long)]
     #[serde(skip_serializing_if = "is_false")]
@@ -141,7 +112,7 @@ pub fn otlp(role: Role, cfg: &ServiceConfig) -> Option<Otlp> {
 pub fn run(role: Role, cfg: ServiceConfig) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
-        let timed = Arc::new(TimedEngine::new(open_engine(&cfg.engine, cfg.engine_recycle_mib)?));
+        let timed = Arc::new(TimedEngine::new(open_engine(&cfg.protocol)?));
         let clock: EngineClock = {
             let t = timed.clone();
             Arc::new(move || t.seconds())

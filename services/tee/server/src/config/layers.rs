@@ -6,7 +6,9 @@
 //! (`GELO_MAX_QUEUE`). Values from the environment stay strings until the typed
 //! configuration reads them (lossily: `"512"` is a number where one is wanted, `"true"`,
 //! `"yes"` or `"1"` a boolean), exactly as a flag's text would be; the defaults are the
-//! configuration's `#[serde(default)]`.
+//! configuration's `#[serde(default)]`. A configuration may hold another as a section
+//! (`ServiceConfig::protocol`, the `ProtocolConfig` the tools also read) whose keys sit at
+//! the top level among its own ([`Layered::SECTIONS`]).
 //!
 //! The file must only hold keys the role knows (a misspelt key is an error naming it); the
 //! environment is only read for those keys, since `GELO_*` also names other things
@@ -24,17 +26,43 @@ use serde::{
     de::{self, DeserializeOwned, Visitor},
 };
 
-/// A configuration read from the layers. Keys are its fields (kebab-case); a key reads
-/// `GELO_<KEY>` unless [`Layered::ENV_NAMES`] names another variable.
+/// A configuration read from the layers. Keys are its fields (kebab-case), a section's
+/// keys in place of its field; a key reads `GELO_<KEY>` unless [`Layered::ENV_NAMES`] names
+/// another variable.
 pub trait Layered: DeserializeOwned {
-    /// `(key, variable)` for keys that do not read `GELO_<KEY>`.
+    /// `(key, variable)` for keys that do not read `GELO_<KEY>` (a section's keys included).
     const ENV_NAMES: &'static [(&'static str, &'static str)] = &[];
+
+    /// `(field, its keys)` for fields that are a configuration of their own (a section, as
+    /// `ServiceConfig::protocol` is a `ProtocolConfig`) whose keys sit at the top level with
+    /// this one's: `shield-rows:` in a file, `GELO_SHIELD_ROWS`, `--shield-rows`, never
+    /// `protocol:`. [`load`] moves them under the field before the typed configuration reads
+    /// them. One level: a section's own sections are not looked at.
+    ///
+    /// Not `#[serde(flatten)]`: serde reads a flattened struct from values it has buffered
+    /// first, which loses what figment adds to them (numbers and switches read from strings,
+    /// as `GELO_SHIELD_ROWS=8` needs; the key and layer an error names), and does not list
+    /// the struct's fields ([`field_names`]); serde also documents it as unsupported with
+    /// `deny_unknown_fields`.
+    const SECTIONS: &'static [(&'static str, Keys)] = &[];
 
     /// The variable `key` reads.
     fn env_name(key: &str) -> String {
         env_name(Self::ENV_NAMES, key)
     }
+
+    /// Every key, in field order: a field, or a section's keys in its place.
+    fn keys() -> Vec<&'static str> {
+        let section = |f: &str| Self::SECTIONS.iter().find(|(s, _)| *s == f).map(|(_, keys)| keys());
+        field_names::<Self>()
+            .iter()
+            .flat_map(|f| section(f).unwrap_or(std::slice::from_ref(f)).iter().copied())
+            .collect()
+    }
 }
+
+/// A section's keys: [`field_names`] of its type.
+pub type Keys = fn() -> &'static [&'static str];
 
 fn env_name(names: &[(&str, &str)], key: &str) -> String {
     match names.iter().find(|(k, _)| *k == key) {
@@ -63,13 +91,13 @@ pub struct Sources<'a, F> {
 /// Reads `T` from its defaults, the file, the environment and the flags, each over the one
 /// before. Errors name the key and the layer it came from.
 pub fn load<T: Layered, F: Serialize>(sources: &Sources<'_, F>) -> Result<T, Error> {
-    let keys = field_names::<T>();
+    let keys = T::keys();
     let mut figment = Figment::new();
     if let Some(path) = sources.file {
-        figment = figment.merge(file_layer(path, keys)?);
+        figment = figment.merge(file_layer::<T>(path, &keys)?);
     }
     let mut env = Dict::new();
-    for key in keys {
+    for key in &keys {
         let var = T::env_name(key);
         // As clap did: an empty variable counts as unset.
         if let Some((_, v)) = sources.env.iter().rev().find(|(k, v)| *k == var && !v.trim().is_empty()) {
@@ -77,22 +105,14 @@ pub fn load<T: Layered, F: Serialize>(sources: &Sources<'_, F>) -> Result<T, Err
         }
     }
     let names = T::ENV_NAMES;
-    figment = figment.merge(Layer {
-        name: "the environment".into(),
-        dict: env,
-        interpolate: move |key: &str| env_name(names, key),
-    });
+    figment = figment.merge(Layer::new::<T>("the environment".into(), env, move |key: &str| env_name(names, key)));
     let flags = Serialized::defaults(&sources.flags).data()?.remove(&Profile::Default).unwrap_or_default();
-    figment = figment.merge(Layer {
-        name: "the command line".into(),
-        dict: flags,
-        interpolate: |key: &str| format!("--{key}"),
-    });
+    figment = figment.merge(Layer::new::<T>("the command line".into(), flags, |key: &str| format!("--{key}")));
     Ok(figment.extract_lossy()?)
 }
 
-/// The file's layer, once every key in it is known to `T`.
-fn file_layer(path: &Path, keys: &[&str]) -> Result<FileLayer, Error> {
+/// The file's layer, once every key in it is known to `T` (`keys`).
+fn file_layer<T: Layered>(path: &Path, keys: &[&str]) -> Result<FileLayer, Error> {
     let shown = path.display().to_string();
     if !path.is_file() {
         return Err(Box::new(figment::Error::from(format!("config file {shown}: not found (or not a file)"))));
@@ -116,21 +136,40 @@ fn file_layer(path: &Path, keys: &[&str]) -> Result<FileLayer, Error> {
             keys.join(", ")
         ))));
     }
-    Ok(Layer { name: format!("config file {shown}"), dict, interpolate: str::to_string })
+    Ok(Layer::new::<T>(format!("config file {shown}"), dict, str::to_string))
 }
 
-/// One layer: a flat map of flag names to values, named for error messages.
+/// One layer: a map of flag names to values (a section's keys under its field), named for
+/// error messages.
 struct Layer<I> {
     name: String,
     dict: Dict,
+    /// `T`'s sections: an error's key path (`protocol.shield-rows`) drops its section.
+    sections: Vec<&'static str>,
     /// How a key is written in this layer (`GELO_MAX_QUEUE`, `--max-queue`).
     interpolate: I,
 }
 
+impl<I> Layer<I> {
+    /// The layer of `flat` (flag names to values) for `T`: a section's keys moved under it.
+    fn new<T: Layered>(name: String, mut flat: Dict, interpolate: I) -> Self {
+        for (section, keys) in T::SECTIONS {
+            let inner: Dict = keys().iter().filter_map(|k| Some(((*k).to_string(), flat.remove(*k)?))).collect();
+            if !inner.is_empty() {
+                flat.insert((*section).to_string(), Value::from(inner));
+            }
+        }
+        Layer { name, dict: flat, sections: T::SECTIONS.iter().map(|(s, _)| *s).collect(), interpolate }
+    }
+}
+
 impl<I: Fn(&str) -> String + Clone + Send + Sync + 'static> Provider for Layer<I> {
     fn metadata(&self) -> Metadata {
-        let interpolate = self.interpolate.clone();
-        Metadata::named(self.name.clone()).interpolater(move |_: &Profile, path: &[&str]| interpolate(&path.join(".")))
+        let (interpolate, sections) = (self.interpolate.clone(), self.sections.clone());
+        Metadata::named(self.name.clone()).interpolater(move |_: &Profile, path: &[&str]| match path {
+            [section, key @ ..] if !key.is_empty() && sections.contains(section) => interpolate(&key.join(".")),
+            _ => interpolate(&path.join(".")),
+        })
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {

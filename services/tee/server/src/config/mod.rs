@@ -1,5 +1,6 @@
-//! A model service's configuration ([`ServiceConfig`]), and how every role's configuration
-//! is read from defaults, a file, the environment and flags ([`layers`]).
+//! A model service's configuration ([`ServiceConfig`]), the engine and protocol settings
+//! it shares with the tools that run a model ([`ProtocolConfig`]), and how every role's
+//! configuration is read from defaults, a file, the environment and flags ([`layers`]).
 
 pub mod layers;
 #[cfg(test)]
@@ -28,19 +29,9 @@ pub struct ServiceConfig {
     pub model: PathBuf,
     /// Refuse to start unless the model files hash to this identity (64 hex).
     pub expect_identity: Option<String>,
-    /// `sealed` (products on the TEE's CPU) or `masked` (on the engine, under GELO masks).
-    #[serde(deserialize_with = "layers::from_str")]
-    pub protection: Protection,
-    /// `cpu`, `vulkan`, `vulkan:N`, `vulkan:NAME` (opened by the caller of [`crate::run`]).
-    pub engine: String,
-    #[serde(deserialize_with = "layers::from_str")]
-    pub mask: MaskKind,
-    pub shield_rows: usize,
-    pub shield_energy: f32,
-    #[serde(deserialize_with = "layers::from_str")]
-    pub decode_masks: DecodeMasks,
-    pub verify_probes: usize,
-    pub engine_recycle_mib: usize,
+    /// The engine and the protocol: a section whose keys sit at the top level with these
+    /// (`shield-rows:`, `GELO_SHIELD_ROWS`, `--shield-rows`; see [`Layered::SECTIONS`]).
+    pub protocol: ProtocolConfig,
     /// Activations to the engine in the clear (parity baseline; never in production).
     pub plaintext: bool,
     pub listen: SocketAddr,
@@ -72,14 +63,7 @@ impl Default for ServiceConfig {
         ServiceConfig {
             model: PathBuf::new(),
             expect_identity: None,
-            protection: Protection::Sealed,
-            engine: "cpu".into(),
-            mask: MaskKind::Auto,
-            shield_rows: 8,
-            shield_energy: 4.0,
-            decode_masks: DecodeMasks::PerSequence,
-            verify_probes: 2,
-            engine_recycle_mib: 1024,
+            protocol: ProtocolConfig::default(),
             plaintext: false,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             metrics_listen: None,
@@ -103,7 +87,9 @@ impl Default for ServiceConfig {
     }
 }
 
-impl Layered for ServiceConfig {}
+impl Layered for ServiceConfig {
+    const SECTIONS: &'static [(&'static str, layers::Keys)] = &[("protocol", layers::field_names::<ProtocolConfig>)];
+}
 
 impl ServiceConfig {
     /// Reads the configuration from its layers, and checks that a model was named.
@@ -131,10 +117,6 @@ impl ServiceConfig {
         }
     }
 
-    pub fn masked_config(&self) -> MaskedConfig {
-        masked_config(self.mask, self.shield_rows, self.shield_energy, self.verify_probes, self.decode_masks)
-    }
-
     /// The service's executor on `engine`: the plaintext baseline when asked for, else the
     /// `protection` scheme (sealed never hands `engine` an operand).
     pub fn executor(&self, engine: Arc<dyn Engine>) -> Result<Arc<dyn Executor>> {
@@ -142,36 +124,80 @@ impl ServiceConfig {
             tracing::info!(engine = %engine.info().device, masked = false, "engine ready");
             return Ok(Arc::new(protocol::PlaintextExecutor::new(engine)));
         }
-        if self.protection == Protection::Sealed && self.engine != "cpu" {
+        let p = &self.protocol;
+        if p.protection == Protection::Sealed && p.engine != "cpu" {
             tracing::warn!(
-                engine = %self.engine,
+                engine = %p.engine,
                 "protection `sealed`: every product runs on the TEE's CPU and the engine stays unused; \
                  `--protection masked` offloads to it, with the leakage docs/SECURITY.md measures"
             );
         }
-        tracing::info!(engine = %engine.info().device, protection = self.protection.as_str(), "engine ready");
-        Ok(self.protection.executor(engine, self.masked_config())?)
+        tracing::info!(engine = %engine.info().device, protection = p.protection.as_str(), "engine ready");
+        Ok(p.protection.executor(engine, p.masked_config())?)
     }
 }
 
-/// The masked executor's settings from the protocol flags (`--mask`, `--shield-rows`,
-/// `--shield-energy`, `--verify-probes`, `--decode-masks`).
-pub fn masked_config(
-    mask: MaskKind,
-    shield_rows: usize,
-    shield_energy: f32,
-    verify_probes: usize,
-    decode_masks: DecodeMasks,
-) -> MaskedConfig {
-    MaskedConfig {
-        mask,
-        shield: if shield_rows == 0 {
-            ShieldConfig::off()
-        } else {
-            ShieldConfig { rows: shield_rows, energy: shield_energy }
-        },
-        verify: (verify_probes > 0).then_some(UVerifyConfig { probes: verify_probes, range: 3 }),
-        decode_masks,
-        ..Default::default()
+/// The untrusted engine and the protocol settings: a model service's (a section of
+/// [`ServiceConfig`]) and the tools' that run a model (`gelo embed`, `generate`, `eval`), read
+/// from the same keys, `GELO_*` variables and flags. The defaults are here, and only here.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ProtocolConfig {
+    /// `sealed` (products on the TEE's CPU) or `masked` (on the engine, under GELO masks).
+    #[serde(deserialize_with = "layers::from_str")]
+    pub protection: Protection,
+    /// `cpu`, `vulkan`, `vulkan:N`, `vulkan:NAME` (opened by the `gelo` binary, which links
+    /// the GPU engines).
+    pub engine: String,
+    #[serde(deserialize_with = "layers::from_str")]
+    pub mask: MaskKind,
+    /// Shield rows per sequence (0: none).
+    pub shield_rows: usize,
+    pub shield_energy: f32,
+    #[serde(deserialize_with = "layers::from_str")]
+    pub decode_masks: DecodeMasks,
+    /// U-Verify probes per weight (0: off).
+    pub verify_probes: usize,
+    /// Host memory (MiB) a Vulkan engine may keep in recycled buffers.
+    pub engine_recycle_mib: usize,
+}
+
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        ProtocolConfig {
+            protection: Protection::Sealed,
+            engine: "cpu".into(),
+            mask: MaskKind::Auto,
+            shield_rows: 8,
+            shield_energy: 4.0,
+            decode_masks: DecodeMasks::PerSequence,
+            verify_probes: 2,
+            engine_recycle_mib: 1024,
+        }
+    }
+}
+
+impl Layered for ProtocolConfig {}
+
+impl ProtocolConfig {
+    /// Reads the settings from their layers (a tool's: the environment and its flags).
+    pub fn load<F: Serialize>(sources: &Sources<'_, F>) -> Result<Self> {
+        Ok(load(sources)?)
+    }
+
+    /// The masked executor's settings (`mask`, `shield-rows`, `shield-energy`,
+    /// `verify-probes`, `decode-masks`).
+    pub fn masked_config(&self) -> MaskedConfig {
+        MaskedConfig {
+            mask: self.mask,
+            shield: if self.shield_rows == 0 {
+                ShieldConfig::off()
+            } else {
+                ShieldConfig { rows: self.shield_rows, energy: self.shield_energy }
+            },
+            verify: (self.verify_probes > 0).then_some(UVerifyConfig { probes: self.verify_probes, range: 3 }),
+            decode_masks: self.decode_masks,
+            ..Default::default()
+        }
     }
 }
