@@ -3,12 +3,14 @@
 # libraries carried in .gl/, then run the PyTorch peer and `gelo bench gpu` on the same GPU
 # and join their numbers. Logs and JSON land in $OUT (or ./gpu-out).
 #
-# usage: [STAGES="torch gemm tc blocks thp tiles"] scripts/gpu/h200.sh [GELO_BINARY]
-#        (default binary: .devbin/gelo, a release build)
+# usage: [STAGES="torch gemm tc blocks thp tiles cubek-spirv cubek-wgsl"] scripts/gpu/h200.sh [GELO_BINARY [PEER_DIR]]
+#        (default binary: .devbin/gelo, a release build; `cubek-*` run PEER_DIR/cubek-peer-*,
+#        default .devbin, built by scripts/gpu/cubek-peer/build.sh; not in the default stages)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/lib.sh
 bin="${1:-.devbin/gelo}"
+peers="${2:-.devbin}"
 log="$out/log.txt"
 
 {
@@ -44,6 +46,11 @@ if want thp; then
   stage blocks-thp 60 env GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$bin" bench gpu --sections blocks --models qwen3-1.7b
 fi
 want tiles && stage tiles 90 "$bin" bench gpu --sections tiles --tensor-cores --models qwen3-1.7b --m 16,512,2056 --weights f32,f16 --reps 5 --json "$out/tiles.json"
+# cubek's matmul on the same cells, every routine it offers tried per cell, through SPIR-V
+# (cubecl's fastest on Vulkan) and through WGSL (the engine's compiler); peer_report.py
+# joins them with gelo.json and gelo-tc.json.
+want cubek-spirv && stage cubek-spirv 540 "$peers/cubek-peer-spirv" --json "$out/cubek-spirv.json"
+want cubek-wgsl && stage cubek-wgsl 540 "$peers/cubek-peer-wgsl" --json "$out/cubek-wgsl.json"
 if [ -f "$out/torch.json" ]; then
   python3 scripts/gpu/report.py "$out/gelo.json" "$out/torch.json" "$out/gelo-tc.json" >"$out/report.md" 2>&1
   cat "$out/report.md"
