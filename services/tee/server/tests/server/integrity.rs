@@ -8,10 +8,7 @@ use protocol::Engine;
 use protocol::{Executor as _, MaskedConfig, MaskedExecutor, UVerifyConfig};
 use server::{Health, Limits, Metrics, embedder::EmbedderService};
 
-#[path = "support/integrity.rs"]
-mod support;
-
-use support::{Corrupting, minilm};
+use crate::support::{Corrupting, minilm};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_integrity_failure_is_data_loss_never_a_wrong_answer() {
