@@ -6,12 +6,14 @@
 //! cubek's `Strategy::Auto` is a fixed choice (its cyclic tensor-core routine, else the
 //! one-unit-per-tile routine), not autotuning; the engine autotunes its plans per cell. So the
 //! peer tunes cubek the same way: every routine cubek offers that launches on the device is
-//! tried on the cell, and the fastest correct one is its figure. Per routine:
+//! tried on the cell, and the fastest correct one is its figure (`--routines auto` times
+//! `Auto` alone). Per routine:
 //!
 //! * `per_call_s`: one launch inside a profiling window (device timestamps where the runtime
 //!   has them; the JSON says which), median of `--reps`;
-//! * `steady_s`: `R` launches back to back in one window, divided by `R` (the device busy, as
-//!   the engine's `steady` and PyTorch's CUDA-event timing have it), median of three.
+//! * `steady_s`: `R` launches back to back in one window of about `--window-ms`, divided by
+//!   `R` (the device busy, as the engine's `steady` and PyTorch's CUDA-event timing have it),
+//!   median of `--windows`.
 //!
 //! Each routine's product is checked against a host reference on sampled entries first (into
 //! a zeroed output of its own), so a routine that computes something else, or nothing, is
@@ -20,7 +22,8 @@
 //! Output: one JSON object per line (`--json`), and a markdown table on stdout.
 //!
 //! usage: cubek-peer [--models qwen3-0.6b,bert-base,qwen3-1.7b] [--m 16,128,512,2056]
-//!                   [--dtypes f32,f16] [--reps 7] [--json FILE]
+//!                   [--dtypes f32,f16] [--routines all|auto] [--reps 7] [--windows 3]
+//!                   [--window-ms 3] [--json FILE]
 
 use std::{io::Write, time::Instant};
 
@@ -61,7 +64,8 @@ struct Args {
     models: Vec<String>,
     m: Vec<usize>,
     dtypes: Vec<String>,
-    reps: usize,
+    routines: String,
+    timing: Timing,
     json: Option<String>,
 }
 
@@ -70,7 +74,8 @@ fn args() -> Result<Args, Error> {
         models: vec!["qwen3-0.6b".into(), "bert-base".into(), "qwen3-1.7b".into()],
         m: vec![16, 128, 512, 2056],
         dtypes: vec!["f32".into(), "f16".into()],
-        reps: 7,
+        routines: "all".into(),
+        timing: Timing { reps: 7, windows: 3, window_s: 3e-3 },
         json: None,
     };
     let mut it = std::env::args().skip(1);
@@ -81,7 +86,10 @@ fn args() -> Result<Args, Error> {
             "--models" => a.models = list(),
             "--m" => a.m = list().iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
             "--dtypes" => a.dtypes = list(),
-            "--reps" => a.reps = value.parse()?,
+            "--routines" if value == "all" || value == "auto" => a.routines = value,
+            "--reps" => a.timing.reps = value.parse()?,
+            "--windows" => a.timing.windows = value.parse()?,
+            "--window-ms" => a.timing.window_s = value.parse::<f64>()? * 1e-3,
             "--json" => a.json = Some(value),
             other => return Err(format!("unknown flag `{other}`").into()),
         }
@@ -154,7 +162,8 @@ impl Dtype {
 }
 
 /// Every routine cubek 0.3.1 offers without extra configuration (blueprints inferred), and
-/// `Auto`. Routines the device cannot run (TMA, tensor cores for f32) refuse at launch.
+/// `Auto` (first: `--routines auto` keeps it alone). Routines the device cannot run (TMA,
+/// tensor cores for f32) refuse at launch.
 fn strategies() -> Vec<Strategy> {
     use multi_level::Strategy as M;
     vec![
@@ -268,7 +277,7 @@ impl Cell {
     }
 
     /// Checks and times one routine; `None` where it refuses or computes something else.
-    fn measure(&self, client: &Client, s: &Strategy, reps: usize) -> Result<Option<Measured>, Error> {
+    fn measure(&self, client: &Client, s: &Strategy, t: &Timing) -> Result<Option<Measured>, Error> {
         let out = self.output(client);
         let t0 = Instant::now();
         let Ok(elems) = self.launch(client, s, &out) else { return Ok(None) };
@@ -294,18 +303,25 @@ impl Cell {
         }
         cubecl::future::block_on(client.sync())?;
         let per_call =
-            median((0..reps).map(|_| self.profiled(client, s, &out, 1).map(|t| t.0)).collect::<Result<_, _>>()?);
-        // About 3 ms of work per window, at least 3 launches.
-        let launches = ((3e-3 / per_call.max(1e-7)) as usize).clamp(3, 1000);
+            median((0..t.reps).map(|_| self.profiled(client, s, &out, 1).map(|t| t.0)).collect::<Result<_, _>>()?);
+        // About a window's worth of work, at least 4 launches.
+        let launches = ((t.window_s / per_call.max(1e-7)) as usize).clamp(4, 2000);
         let mut timing = TimingMethod::System;
         let mut steady = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..t.windows {
             let (t, how) = self.profiled(client, s, &out, launches)?;
             steady.push(t / launches as f64);
             timing = how;
         }
         Ok(Some(Measured { name: s.to_string(), per_call, steady: median(steady), timing, first_s, err, elems }))
     }
+}
+
+/// How each routine is timed.
+struct Timing {
+    reps: usize,
+    windows: usize,
+    window_s: f64,
 }
 
 struct Measured {
@@ -351,7 +367,10 @@ fn main() -> Result<(), Error> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let dtypes = a.dtypes.iter().map(|d| Dtype::parse(d)).collect::<Result<Vec<_>, _>>()?;
-    let candidates = strategies();
+    let mut candidates = strategies();
+    if a.routines == "auto" {
+        candidates.truncate(1);
+    }
     let mut seed = 1;
     for model in &a.models {
         for (linear, k, n) in linears(model)? {
@@ -361,7 +380,7 @@ fn main() -> Result<(), Error> {
                     let cell = Cell::new(&client, m, k, n, dtype, seed);
                     let mut tried = Vec::new();
                     for s in &candidates {
-                        if let Some(r) = cell.measure(&client, s, a.reps)? {
+                        if let Some(r) = cell.measure(&client, s, &a.timing)? {
                             tried.push(r);
                         }
                     }
