@@ -30,9 +30,10 @@ use crate::stack::*;
 
 /// The BEIR SciFact folder: `GELO_SCIFACT`, else the subset in the repository.
 fn scifact() -> PathBuf {
-    let dir = std::env::var_os("GELO_SCIFACT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../e2e/data/scifact"));
+    let dir = std::env::var_os("GELO_SCIFACT").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into()))
+            .join("../../../e2e/data/scifact")
+    });
     assert!(
         dir.join("corpus.jsonl").exists(),
         "SciFact is missing at {} (the subset is e2e/data/scifact; set GELO_SCIFACT to a BEIR SciFact folder)",

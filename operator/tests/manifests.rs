@@ -11,7 +11,7 @@ use gelo_operator::validate::validate;
 const CRD_FILE: &str = "privateragpipelines.gelo.dev.yaml";
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into())).join("..")
 }
 
 fn bin() -> Command {

@@ -10,7 +10,8 @@ use common::{QWEN25, SMOLLM2, model_path, models_dir, read_json};
 use gguf::{GgufFile, GgufTokenizer};
 
 fn llama_cpp_fixture(model: &str, file: &str) -> serde_json::Value {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/llama_cpp");
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into()))
+        .join("../models/tests/fixtures/llama_cpp");
     read_json(dir.join(model).join(file))
 }
 

@@ -24,8 +24,13 @@ pub fn model_path(file: &str) -> PathBuf {
     path
 }
 
+/// A committed fixture, found from the package folder cargo (or nextest) gives the running
+/// test: a test binary built in another checkout that shares the target dir carries that
+/// checkout's path in `env!`, and cargo reuses it here when the sources are older.
 pub fn fixture_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into()))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 pub fn read_json(path: PathBuf) -> serde_json::Value {

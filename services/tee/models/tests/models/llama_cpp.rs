@@ -29,7 +29,9 @@ struct FirstStep {
 }
 
 fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama_cpp").join(name)
+    PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into()))
+        .join("tests/fixtures/llama_cpp")
+        .join(name)
 }
 
 fn fixture(name: &str) -> Fixture {

@@ -56,7 +56,8 @@ struct PairRef {
 }
 
 fn reference() -> Reference {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/hf_reference.json");
+    let p = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into()))
+        .join("tests/fixtures/hf/hf_reference.json");
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
