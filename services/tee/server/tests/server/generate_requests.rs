@@ -3,7 +3,7 @@
 //! loopback). Clients and the gateway's tests match these messages, so they are pinned
 //! here word for word; a request within every limit is served.
 
-use std::{path::PathBuf, sync::Arc};
+use std::sync::Arc;
 
 use api::v1::{ChatMessage, GenerateRequest, generator_client::GeneratorClient};
 use protocol::SealedExecutor;
@@ -15,14 +15,7 @@ use server::{
 use tokio::net::TcpListener;
 use tonic::{Code, transport::Channel};
 
-fn model(name: &str) -> PathBuf {
-    let root = std::env::var_os("GELO_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/gelo"));
-    let p = root.join("models").join(name);
-    assert!(p.exists(), "{} is missing: run scripts/fetch-models.sh", p.display());
-    p
-}
+use crate::model;
 
 /// A generator service (the tiny Qwen3: a 4096-token context) on loopback with `limits`.
 /// The server stops when the returned sender is dropped.

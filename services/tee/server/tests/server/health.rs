@@ -4,7 +4,6 @@
 
 use std::{
     net::SocketAddr,
-    path::PathBuf,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -23,6 +22,8 @@ use server::{
 };
 use tokio::net::TcpListener;
 use tonic::{Code, transport::Channel};
+
+use crate::model;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 /// The CPU engine until `lost` is set; then every product fails with DeviceLost. Counts
@@ -79,15 +80,6 @@ fn gpu() -> Gpu {
         Arc::new(Losing { inner: CpuEngine::new(), lost: lost.clone(), calls_after_loss: calls_after_loss.clone() });
     let exec = Arc::new(MaskedExecutor::new(engine, MaskedConfig::default()).unwrap());
     Gpu { lost, calls_after_loss, exec }
-}
-
-fn model(name: &str) -> PathBuf {
-    let root = std::env::var_os("GELO_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/gelo"));
-    let p = root.join("models").join(name);
-    assert!(p.exists(), "{} is missing: run scripts/fetch-models.sh", p.display());
-    p
 }
 
 /// A server on loopback (plaintext) with its metrics port; stops when dropped.
