@@ -32,13 +32,15 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
+        // The generation bounds' defaults are the models' (`GenerationLimits`).
+        let generation = models::GenerationLimits::default();
         Limits {
             max_texts: 256,
             max_documents: 256,
             max_tokens_per_text: None,
             max_prompt_tokens: None,
-            max_output_tokens: 2048,
-            max_stop_strings: 16,
+            max_output_tokens: generation.max_output_tokens,
+            max_stop_strings: generation.max_stop_strings,
             max_request_bytes: 16 << 20,
             max_queue: 1024,
             max_batch_sequences: 16,

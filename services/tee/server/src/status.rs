@@ -1,18 +1,15 @@
 //! Model and protocol errors as gRPC statuses: the one place they are mapped.
 
-use models::{ModelError, Refusal};
+use models::ModelError;
 use protocol::EngineError;
 use protocol::ProtocolError;
 use tonic::Status;
 
-use crate::limits::too_large;
-
 /// The status for a model error: a refused or malformed request is `INVALID_ARGUMENT` with
-/// the model's message (a count over a limit as [`too_large`] words it), an engine failure
-/// its own code ([`from_protocol`]), anything else `INTERNAL`.
+/// the model's message (a count over a limit reads as `crate::limits::too_large` words it),
+/// an engine failure its own code ([`from_protocol`]), anything else `INTERNAL`.
 pub fn from_model(e: &ModelError) -> Status {
     match e {
-        ModelError::Refused(Refusal::TooLarge { what, got, limit }) => too_large(&what.to_string(), *got, *limit),
         ModelError::Refused(_)
         | ModelError::InvalidRequest(_)
         | ModelError::ContextTooLong { .. }
