@@ -17,5 +17,7 @@ fi
 cargo test --quiet -p gelo-attack --test sealed
 # The leakage formulas of docs/SECURITY.md against simulation.
 python3 attack/leakage_check.py
+# The LWE and LPN estimators behind "Computational hiding" against published parameter sets.
+python3 attack/estimators check
 cargo build --quiet -p gelo-attack
 exec nice -n 10 python3 attack/report.py --binary "$CARGO_TARGET_DIR/debug/gelo-attack" "$@"
