@@ -51,9 +51,9 @@ def cmd_params(a):
 
 def cmd_speed(a):
     hw = speed.hardware_from(a)
-    print(speed.model_summary(a.expansion))
+    print(speed.model_summary(a.expansion, a.noise))
     print()
-    print(speed.table(hw, a.expansion))
+    print(speed.table(hw, a.expansion, a.noise))
 
 
 def cmd_check(a):
@@ -98,6 +98,7 @@ def main():
     p.set_defaults(f=cmd_params)
     p = sub.add_parser("speed", help="predicted time per pass against sealed")
     p.add_argument("--expansion", type=int, default=4, help="LPN code length N = expansion·d")
+    p.add_argument("--noise", choices=["uniform", "odd"], default="uniform", help="LPN noise values")
     speed.add_hardware_args(p)
     p.set_defaults(f=cmd_speed)
     p = sub.add_parser("check", help="the published-number reproductions (also a pytest file)")
