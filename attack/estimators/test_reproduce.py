@@ -3,8 +3,8 @@
 
 Published values and their sources:
 
-* Kyber round 3 (CRYSTALS-Kyber specification 3.01, 2021, Table 4: core-SVP; the numbers
-  come from the submitters' pq-crystals/security-estimates scripts): primal attack
+* Kyber round 3 (CRYSTALS-Kyber specification 3.01, 2021, core-SVP; the numbers come
+  from the submitters' pq-crystals/security-estimates scripts): primal attack
   Kyber512 β = 405 → 118 classical / 107 quantum bits, Kyber768 β = 625 → 182 / 165,
   Kyber1024 β = 877 → 256 / 232; dual attack β = 403 / 620 / 868 → 117 / 181 / 253.
   The lattice-estimator (malb/lattice-estimator, `LWE.estimate.rough(schemes.Kyber512)`,
