@@ -25,7 +25,7 @@ pub(crate) struct GpuWeight {
 /// kernels) unless f16 would overflow one of their values.
 pub(crate) fn storage_for(data: &WeightData, f32_as: Precision, bf16_as: Precision) -> Precision {
     match data {
-        WeightData::F32(_) => f32_as,
+        WeightData::F32(_) | WeightData::Quant(_) => f32_as,
         WeightData::F16(_) => Precision::F16,
         WeightData::Bf16(d) if bf16_as == Precision::F16 && d.iter().all(|v| fits_f16(v.to_f32())) => Precision::F16,
         WeightData::Bf16(_) => Precision::Bf16,
@@ -80,8 +80,14 @@ pub(crate) fn pack_into(w: &Weight, storage: Precision, out: &mut [u8]) {
             out.copy_from_slice(bytemuck::cast_slice(&data));
         }
         Precision::F16 | Precision::Bf16 => {
+            // Blocks are widened at registration; this keeps `pack_into` total anyway.
+            let widened = matches!(w.data, WeightData::Quant(_)).then(|| w.data.to_f32());
             let bits = |i: usize| -> u16 {
                 match (&w.data, storage) {
+                    (WeightData::Quant(_), p) => {
+                        let v = widened.as_ref().map_or(0.0, |d| d[i]);
+                        if p == Precision::F16 { f16::from_f32(v).to_bits() } else { bf16::from_f32(v).to_bits() }
+                    }
                     (WeightData::F16(d), Precision::F16) => d[i].to_bits(),
                     (WeightData::Bf16(d), Precision::Bf16) => d[i].to_bits(),
                     (WeightData::F32(d), Precision::F16) => f16::from_f32(d[i]).to_bits(),

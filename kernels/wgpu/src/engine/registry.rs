@@ -24,6 +24,9 @@ impl WgpuEngine {
     /// against the device's limits and the memory budget, and uploads it.
     pub(super) fn register_weight(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
         weight.check(&id)?;
+        // Quantized blocks are multiplied in f32 here: the exact products of the
+        // dequantized weight, which the masked executor checks against.
+        let weight = Weight { data: weight.data.widened(), ..weight };
         self.gpu.check_alive()?;
         if self.weights.read().expect("weight table poisoned").contains_key(&id) {
             return Err(EngineError::DuplicateWeight(id));

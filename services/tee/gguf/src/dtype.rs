@@ -44,8 +44,7 @@ pub enum GgmlType {
     MXFP4,
 }
 
-/// Elements per K-quant super-block.
-pub const QK_K: usize = 256;
+pub use tensor::quant::QK_K;
 
 impl GgmlType {
     /// Maps the id stored in the file; ids retired by ggml (4, 5, 31–33, 36–38) and unknown
@@ -134,6 +133,25 @@ impl GgmlType {
 
     pub fn type_size(self) -> usize {
         self.block_geometry().1
+    }
+
+    /// The block format, for the types the tensor crate holds in place or dequantizes.
+    pub fn quant_format(self) -> Option<tensor::quant::QuantFormat> {
+        use tensor::quant::QuantFormat as Q;
+        Some(match self {
+            GgmlType::Q4_0 => Q::Q4_0,
+            GgmlType::Q4_1 => Q::Q4_1,
+            GgmlType::Q5_0 => Q::Q5_0,
+            GgmlType::Q5_1 => Q::Q5_1,
+            GgmlType::Q8_0 => Q::Q8_0,
+            GgmlType::Q2_K => Q::Q2_K,
+            GgmlType::Q3_K => Q::Q3_K,
+            GgmlType::Q4_K => Q::Q4_K,
+            GgmlType::Q5_K => Q::Q5_K,
+            GgmlType::Q6_K => Q::Q6_K,
+            GgmlType::Q8_K => Q::Q8_K,
+            _ => return None,
+        })
     }
 
     /// Whether [`crate::dequantize`] handles this type.

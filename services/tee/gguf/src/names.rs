@@ -21,7 +21,7 @@
 //! architecture, so model code can apply `rotate_half` RoPE everywhere.
 
 use crate::error::{Error, Result};
-use crate::file::GgufFile;
+use crate::file::{GgufFile, TensorInfo};
 
 /// How llama.cpp pairs dimensions for RoPE in an architecture's Q/K rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,22 +95,22 @@ pub fn hf_to_gguf(name: &str) -> Option<String> {
 ///
 /// `data` is row-major with `row_len` values per row (1 for a bias) and `n_head · D` rows.
 /// HF row `h·D + j·D/2 + i` is taken from GGUF row `h·D + 2i + j`.
-pub fn unpermute_qk_rows(data: &[f32], n_head: usize, row_len: usize) -> Result<Vec<f32>> {
+pub fn unpermute_qk_rows<T: Copy + Default>(data: &[T], n_head: usize, row_len: usize) -> Result<Vec<T>> {
     permute_rows(data, n_head, row_len, |h, d, i, j| (h * d + 2 * i + j, h * d + j * d / 2 + i))
 }
 
 /// The converter's direction (HF → GGUF order); the inverse of [`unpermute_qk_rows`].
-pub fn permute_qk_rows(data: &[f32], n_head: usize, row_len: usize) -> Result<Vec<f32>> {
+pub fn permute_qk_rows<T: Copy + Default>(data: &[T], n_head: usize, row_len: usize) -> Result<Vec<T>> {
     permute_rows(data, n_head, row_len, |h, d, i, j| (h * d + j * d / 2 + i, h * d + 2 * i + j))
 }
 
 /// `map(head, head_dim, i, j) -> (source row, destination row)`.
-fn permute_rows(
-    data: &[f32],
+fn permute_rows<T: Copy + Default>(
+    data: &[T],
     n_head: usize,
     row_len: usize,
     map: impl Fn(usize, usize, usize, usize) -> (usize, usize),
-) -> Result<Vec<f32>> {
+) -> Result<Vec<T>> {
     let rows = data.len().checked_div(row_len).unwrap_or(0);
     if n_head == 0 || row_len == 0 || !data.len().is_multiple_of(row_len) || !rows.is_multiple_of(2 * n_head) {
         return Err(Error::BadTensor {
@@ -119,7 +119,7 @@ fn permute_rows(
         });
     }
     let d = rows / n_head;
-    let mut out = vec![0f32; data.len()];
+    let mut out = vec![T::default(); data.len()];
     for h in 0..n_head {
         for i in 0..d / 2 {
             for j in 0..2 {
@@ -137,10 +137,39 @@ impl GgufFile {
     /// `rotate_half` order. Lets one loader serve safetensors and GGUF alike. An absent
     /// `lm_head.weight` means tied embeddings: use `model.embed_tokens.weight`.
     pub fn tensor_f32_hf(&self, hf_name: &str) -> Result<Vec<f32>> {
+        let (name, info) = self.hf_info(hf_name)?;
+        let data = self.tensor_f32(&name)?;
+        let row_len = if info.ne.len() == 1 { 1 } else { info.ne[0] as usize };
+        self.to_hf_rows(hf_name, &name, data, row_len)
+    }
+
+    /// [`GgufFile::tensor_f32_hf`], except that a matrix in a block format the products run
+    /// on (see [`tensor::quant::QuantFormat::has_kernels`]) is kept as its blocks, with the
+    /// same row order. Everything else is dequantized.
+    pub fn tensor_data_hf(&self, hf_name: &str) -> Result<tensor::WeightData> {
+        let (name, info) = self.hf_info(hf_name)?;
+        let format = info.dtype.quant_format().filter(|f| f.has_kernels());
+        let (Some(format), [cols, rows]) = (format, info.ne.as_slice()) else {
+            return Ok(tensor::WeightData::F32(self.tensor_f32_hf(hf_name)?.into()));
+        };
+        let (rows, cols) = (*rows as usize, *cols as usize);
+        let row_bytes = info.n_bytes() / rows.max(1);
+        let bytes = self.to_hf_rows(hf_name, &name, self.tensor_bytes(&name)?.to_vec(), row_bytes)?;
+        let q = tensor::quant::QuantMatrix::new(format, rows, cols, bytes.into())
+            .map_err(|e| Error::BadTensor { name: name.clone(), reason: e.to_string() })?;
+        Ok(tensor::WeightData::Quant(q))
+    }
+
+    fn hf_info(&self, hf_name: &str) -> Result<(String, &TensorInfo)> {
         let name =
             hf_to_gguf(hf_name).ok_or_else(|| Error::MissingTensor(format!("{hf_name} (no GGUF equivalent)")))?;
         let info = self.tensor_info(&name).map_err(|_| Error::MissingTensor(format!("{name} (HF {hf_name})")))?;
-        let data = self.tensor_f32(&name)?;
+        Ok((name, info))
+    }
+
+    /// `data` (rows of `row_len` elements of any type) in HF row order: `llama` Q/K rows
+    /// are permuted back, everything else is returned as it is.
+    fn to_hf_rows<T: Copy + Default>(&self, hf_name: &str, name: &str, data: Vec<T>, row_len: usize) -> Result<Vec<T>> {
         let is_q = hf_name.ends_with("self_attn.q_proj.weight") || hf_name.ends_with("self_attn.q_proj.bias");
         let is_k = hf_name.ends_with("self_attn.k_proj.weight") || hf_name.ends_with("self_attn.k_proj.bias");
         if !(is_q || is_k) {
@@ -155,10 +184,8 @@ impl GgufFile {
                     Some(n) => n,
                     None => self.metadata().get_u32(&format!("{arch}.attention.head_count"))?,
                 } as usize;
-                let row_len = info.ne.first().copied().unwrap_or(1) as usize;
-                let row_len = if info.ne.len() == 1 { 1 } else { row_len };
                 unpermute_qk_rows(&data, n_head, row_len).map_err(|e| match e {
-                    Error::BadTensor { reason, .. } => Error::BadTensor { name, reason },
+                    Error::BadTensor { reason, .. } => Error::BadTensor { name: name.to_string(), reason },
                     other => other,
                 })
             }

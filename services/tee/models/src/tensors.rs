@@ -1,8 +1,9 @@
 //! Reading named tensors from a model's weight files, whatever their format.
 //!
 //! safetensors (f32, f16, bf16) are memory-mapped and served in their stored precision;
-//! GGUF tensors are dequantized to f32 on load and served under their Hugging Face names
-//! in HF layout (see `gguf::names`), so model code is written once in HF terms.
+//! GGUF tensors are served under their Hugging Face names in HF layout (see `gguf::names`),
+//! so model code is written once in HF terms: matrices in a block format the products run
+//! on stay as their blocks ([`WeightData::Quant`]), the rest is dequantized to f32.
 
 use std::{collections::HashMap, path::Path, sync::Arc};
 
@@ -149,8 +150,7 @@ impl Tensors {
                 let info = g.tensor_info(&gname)?;
                 // GGUF dims are innermost first; PyTorch order is the reverse.
                 let shape: Vec<usize> = info.ne.iter().rev().map(|&d| d as usize).collect();
-                let data = g.tensor_f32_hf(name)?;
-                Ok(Tensor { shape, data: WeightData::F32(Arc::from(data)) })
+                Ok(Tensor { shape, data: g.tensor_data_hf(name)? })
             }
         }
     }

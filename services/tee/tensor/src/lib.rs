@@ -8,11 +8,15 @@
 
 pub mod cpu;
 mod matrix;
+pub mod pool;
+pub mod quant;
 pub mod simd;
 pub mod weight;
 
 pub use matrix::{Matrix, MatrixView, ShapeError};
-pub use weight::{HostWeight, Precision, Weight, WeightData, WeightError, WeightId, WeightLayout, WeightTable};
+pub use weight::{
+    HostData, HostWeight, Precision, Weight, WeightData, WeightError, WeightId, WeightLayout, WeightTable,
+};
 
 /// Unit roundoff of IEEE-754 binary32 (2⁻²⁴).
 pub const F32_UNIT_ROUNDOFF: f64 = 1.0 / 16_777_216.0;

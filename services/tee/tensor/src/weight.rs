@@ -10,7 +10,7 @@ use std::{
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 
-use crate::Matrix;
+use crate::{Matrix, quant::QuantMatrix};
 
 /// Name under which a public weight is registered (e.g. `blk.3.attn_qkv`).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -84,6 +84,8 @@ pub enum WeightData {
     F32(Arc<[f32]>),
     F16(Arc<[f16]>),
     Bf16(Arc<[bf16]>),
+    /// A checkpoint's quantized blocks, one output per row (the `OutIn` layout only).
+    Quant(QuantMatrix),
 }
 
 impl WeightData {
@@ -92,6 +94,7 @@ impl WeightData {
             WeightData::F32(d) => d.len(),
             WeightData::F16(d) => d.len(),
             WeightData::Bf16(d) => d.len(),
+            WeightData::Quant(q) => q.rows() * q.cols(),
         }
     }
 
@@ -99,21 +102,61 @@ impl WeightData {
         self.len() == 0
     }
 
+    /// The precision an engine widening this data stores it in (quantized blocks widen to
+    /// f32).
     pub fn precision(&self) -> Precision {
         match self {
-            WeightData::F32(_) => Precision::F32,
+            WeightData::F32(_) | WeightData::Quant(_) => Precision::F32,
             WeightData::F16(_) => Precision::F16,
             WeightData::Bf16(_) => Precision::Bf16,
         }
     }
 
-    /// The elements as f32 (exact for every stored format).
+    /// The elements as f32 (exact for every stored format; blocks are dequantized).
     pub fn to_f32(&self) -> Arc<[f32]> {
         match self {
             WeightData::F32(d) => d.clone(),
             WeightData::F16(d) => d.iter().map(|v| v.to_f32()).collect(),
             WeightData::Bf16(d) => d.iter().map(|v| v.to_f32()).collect(),
+            WeightData::Quant(q) => q.dequantize().into(),
         }
+    }
+
+    /// Quantized blocks widened to f32, the other formats as they are: what an engine
+    /// multiplies exactly, against which masked products are checked.
+    pub fn widened(self) -> WeightData {
+        match self {
+            WeightData::Quant(q) => WeightData::F32(q.dequantize().into()),
+            other => other,
+        }
+    }
+
+    /// Row `r` of an `OutIn` weight of rows of `cols` values into `out`: an embedding lookup.
+    pub fn row_into(&self, r: usize, cols: usize, out: &mut [f32]) {
+        let span = r * cols..(r + 1) * cols;
+        match self {
+            WeightData::F32(d) => out.copy_from_slice(&d[span]),
+            WeightData::F16(d) => out.iter_mut().zip(&d[span]).for_each(|(o, v)| *o = v.to_f32()),
+            WeightData::Bf16(d) => out.iter_mut().zip(&d[span]).for_each(|(o, v)| *o = v.to_f32()),
+            WeightData::Quant(q) => q.dequantize_row(r, out),
+        }
+    }
+
+    /// The rows `picks` of an `OutIn` weight of rows of `cols` values, in that order.
+    pub fn select_rows(&self, picks: &[usize], cols: usize) -> Result<WeightData, WeightError> {
+        let rows = self.len() / cols.max(1);
+        if let Some(&bad) = picks.iter().find(|&&r| r >= rows) {
+            return Err(WeightError::Shape(format!("row {bad} of a {rows}-row weight")));
+        }
+        fn gather<T: Copy>(d: &[T], picks: &[usize], cols: usize) -> Arc<[T]> {
+            picks.iter().flat_map(|&r| d[r * cols..(r + 1) * cols].iter().copied()).collect()
+        }
+        Ok(match self {
+            WeightData::F32(d) => WeightData::F32(gather(d, picks, cols)),
+            WeightData::F16(d) => WeightData::F16(gather(d, picks, cols)),
+            WeightData::Bf16(d) => WeightData::Bf16(gather(d, picks, cols)),
+            WeightData::Quant(q) => WeightData::Quant(q.select_rows(picks)?),
+        })
     }
 
     /// The elements rounded to `p` and widened back to f32: what an engine that stores in
@@ -155,6 +198,14 @@ impl Weight {
         if self.d_in == 0 || self.d_out == 0 {
             return Err(WeightError::Shape(format!("weight `{id}` has an empty shape {}x{}", self.d_in, self.d_out)));
         }
+        if let WeightData::Quant(q) = &self.data
+            && (self.layout != WeightLayout::OutIn || q.rows() != self.d_out || q.cols() != self.d_in)
+        {
+            return Err(WeightError::Shape(format!(
+                "weight `{id}`: {q:?} does not hold {}x{} in the out-in layout",
+                self.d_in, self.d_out
+            )));
+        }
         if self.data.len() != self.d_in * self.d_out {
             return Err(WeightError::Shape(format!(
                 "weight `{id}` has {} elements, shape {}x{} needs {}",
@@ -179,38 +230,63 @@ pub enum WeightError {
     Shape(String),
 }
 
-/// A weight widened to f32, as the host CPU multiplies it.
+/// A weight as the host CPU multiplies it: f32, or quantized blocks.
 pub struct HostWeight {
     pub d_in: usize,
     pub d_out: usize,
     pub layout: WeightLayout,
-    pub data: Arc<[f32]>,
+    pub data: HostData,
+}
+
+/// The elements of a [`HostWeight`].
+pub enum HostData {
+    F32(Arc<[f32]>),
+    /// Multiplied in int8 against activations quantized per block ([`crate::quant`]).
+    Quant(QuantMatrix),
 }
 
 impl HostWeight {
-    /// `x · W` (few rows stream the weight once, more go through the blocked GEMM).
+    /// `x · W` (few rows stream the weight once, more go through a blocked GEMM).
     pub fn product(&self, x: &Matrix) -> Matrix {
-        crate::cpu::linear(x, self.d_in, self.d_out, self.layout, &self.data)
+        match &self.data {
+            HostData::F32(w) => crate::cpu::linear(x, self.d_in, self.d_out, self.layout, w),
+            HostData::Quant(q) => q.product(x),
+        }
     }
 }
 
 /// Public weights by name, held for products on the host CPU: the CPU engine's store and
 /// the sealed executor's.
+///
+/// A table made by [`WeightTable::default`] widens every weight to f32, so that its
+/// products are the exact reference a masked product is checked against (the CPU engine).
+/// [`WeightTable::in_place`] keeps quantized weights as their blocks and multiplies them
+/// in int8 (the sealed executor): a quarter or less of the memory and of the bytes a decode
+/// step reads, at the rounding of int8 activations.
 #[derive(Default)]
 pub struct WeightTable {
     weights: RwLock<HashMap<WeightId, Arc<HostWeight>>>,
+    in_place: bool,
 }
 
 impl WeightTable {
-    /// Checks `weight` and holds it as f32 under `id`.
+    /// A table that keeps quantized weights in their blocks (see [`WeightTable`]).
+    pub fn in_place() -> Self {
+        WeightTable { weights: RwLock::default(), in_place: true }
+    }
+
+    /// Checks `weight` and holds it under `id`.
     pub fn insert(&self, id: WeightId, weight: &Weight) -> Result<(), WeightError> {
         weight.check(&id)?;
         let mut table = self.weights.write().expect("weight table poisoned");
         if table.contains_key(&id) {
             return Err(WeightError::Duplicate(id));
         }
-        let held =
-            HostWeight { d_in: weight.d_in, d_out: weight.d_out, layout: weight.layout, data: weight.data.to_f32() };
+        let data = match &weight.data {
+            WeightData::Quant(q) if self.in_place => HostData::Quant(q.clone()),
+            other => HostData::F32(other.to_f32()),
+        };
+        let held = HostWeight { d_in: weight.d_in, d_out: weight.d_out, layout: weight.layout, data };
         table.insert(id, Arc::new(held));
         Ok(())
     }

@@ -49,8 +49,9 @@ pub struct Decoder {
     pub cfg: DecoderConfig,
     exec: Arc<dyn Executor>,
     tag: String,
-    /// `model.embed_tokens`, gathered in the TEE.
-    embed_tokens: Arc<[f32]>,
+    /// `model.embed_tokens` (`vocab × hidden`, in the checkpoint's format), gathered in
+    /// the TEE row by row.
+    embed_tokens: WeightData,
     layers: Vec<DecoderLayer>,
     /// `model.norm`.
     norm: RmsNorm,
@@ -72,7 +73,7 @@ impl Decoder {
     pub fn load(t: &Tensors, cfg: DecoderConfig, exec: Arc<dyn Executor>, tag: &str) -> Result<Self> {
         cfg.validate()?;
         let d = cfg.hidden_size;
-        let embed_tokens: Arc<[f32]> = t.f32("model.embed_tokens.weight", &[cfg.vocab_size, d])?.into();
+        let embed_tokens = t.weight("model.embed_tokens.weight", &[cfg.vocab_size, d])?;
         let layers =
             (0..cfg.num_layers).map(|i| DecoderLayer::load(exec.as_ref(), t, tag, i, &cfg)).collect::<Result<_>>()?;
         let norm = RmsNorm::load(t, "model.norm", d, cfg.rms_norm_eps)?;
@@ -82,7 +83,7 @@ impl Decoder {
         let data = if !cfg.tie_embeddings && t.has("lm_head.weight") {
             t.weight("lm_head.weight", &[cfg.vocab_size, d])?
         } else {
-            WeightData::F32(embed_tokens.clone())
+            embed_tokens.clone()
         };
         provision::provision_shared(
             exec.as_ref(),
@@ -90,17 +91,11 @@ impl Decoder {
             Weight { d_in: d, d_out: cfg.vocab_size, layout: WeightLayout::OutIn, data },
         )?;
         let rope = Rope::new(cfg.rope_theta, cfg.head_dim);
-        Ok(Decoder {
-            cfg,
-            exec,
-            tag: tag.to_string(),
-            embed_tokens,
-            layers,
-            norm,
-            lm_head,
-            rope,
-            decode_groups: DEFAULT_DECODE_GROUPS,
-        })
+        // Groups overlap one group's TEE work with another's engine calls; with every
+        // product on the TEE's own cores there is nothing to overlap, and one pass reads
+        // each weight once for the whole batch.
+        let decode_groups = if exec.scheme().executor == "sealed" { 1 } else { DEFAULT_DECODE_GROUPS };
+        Ok(Decoder { cfg, exec, tag: tag.to_string(), embed_tokens, layers, norm, lm_head, rope, decode_groups })
     }
 
     /// Sets how many groups a batched decode step is split into (1: one pass for the whole
@@ -121,21 +116,22 @@ impl Decoder {
     /// yes/no head of an LLM reranker.
     pub fn provision_token_head(&self, name: &str, t: &Tensors, tokens: &[u32]) -> Result<WeightId> {
         let d = self.cfg.hidden_size;
-        let full: Vec<f32> = if !self.cfg.tie_embeddings && t.has("lm_head.weight") {
-            t.f32("lm_head.weight", &[self.cfg.vocab_size, d])?
+        let full = if !self.cfg.tie_embeddings && t.has("lm_head.weight") {
+            t.weight("lm_head.weight", &[self.cfg.vocab_size, d])?
         } else {
-            self.embed_tokens.to_vec()
+            self.embed_tokens.clone()
         };
-        let mut rows = Vec::with_capacity(tokens.len() * d);
-        for &tok in tokens {
-            let tok = tok as usize;
-            if tok >= self.cfg.vocab_size {
-                return Err(ModelError::Config(format!("token {tok} is outside the vocabulary")));
-            }
-            rows.extend_from_slice(&full[tok * d..(tok + 1) * d]);
+        if let Some(&tok) = tokens.iter().find(|&&tok| tok as usize >= self.cfg.vocab_size) {
+            return Err(ModelError::Config(format!("token {tok} is outside the vocabulary")));
         }
+        let picks: Vec<usize> = tokens.iter().map(|&t| t as usize).collect();
+        let data = full.select_rows(&picks, d).map_err(|e| ModelError::Config(e.to_string()))?;
         let id = WeightId::new(format!("{}/{name}", self.tag));
-        provision::provision_shared(self.exec.as_ref(), &id, Weight::f32(d, tokens.len(), WeightLayout::OutIn, rows))?;
+        provision::provision_shared(
+            self.exec.as_ref(),
+            &id,
+            Weight { d_in: d, d_out: tokens.len(), layout: WeightLayout::OutIn, data },
+        )?;
         Ok(id)
     }
 
@@ -172,7 +168,7 @@ impl Decoder {
         // 1. Token embeddings, gathered in the TEE (the gather index is the secret).
         let mut x = Matrix::zeros(lens.iter().sum(), d);
         for (r, &id) in tokens.iter().flat_map(|t| t.iter()).enumerate() {
-            x.row_mut(r).copy_from_slice(&self.embed_tokens[id as usize * d..(id as usize + 1) * d]);
+            self.embed_tokens.row_into(id as usize, d, x.row_mut(r));
         }
         let starts: Vec<usize> = caches.iter().map(|c| c.len).collect();
         let batch = Batch {

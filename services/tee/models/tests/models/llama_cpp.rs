@@ -1,10 +1,12 @@
 //! GGUF decoders against llama.cpp on the same files (fixtures from
 //! scripts/reference/llama_cpp_fixtures.py): first-step logits, greedy continuations, and
-//! masked == plain.
+//! masked == plain. The sealed executor multiplies quantized weights in int8, as llama.cpp
+//! does; the plain executor on the CPU engine multiplies their exact f32 dequantization.
 
-use std::path::PathBuf;
+use std::{path::PathBuf, sync::Arc};
 
 use models::{TextGenerator, load_generator, sampler::argmax};
+use protocol::Executor;
 use serde::Deserialize;
 
 use crate::support::*;
@@ -122,26 +124,34 @@ fn compare_with_llama_cpp_f32(file: &str, name: &str) -> usize {
     agree
 }
 
-/// Against llama.cpp on the quantized file itself: llama.cpp quantizes activations to
-/// 8 bits inside quantized matmuls, so logits correlate (≥ 0.999) but near-ties flip;
-/// every divergence must still be at a near-tie of our logits.
-fn compare_with_llama_cpp(file: &str, name: &str) {
-    let g = load_generator(&model(file), plain(), &Default::default()).unwrap();
+/// Against llama.cpp on the quantized file itself: logits correlate (≥ `min_r`) and every
+/// divergence of the greedy continuations is at a near-tie of our logits (a top-2 gap below
+/// `tie(spread)`, `spread` the standard deviation of llama.cpp's first-step logits: a random
+/// model's are nearly flat). Returns how many continuations agree for 32 tokens.
+fn compare_with_llama_cpp_on(
+    path: &std::path::Path,
+    name: &str,
+    exec: Arc<dyn Executor>,
+    min_r: f64,
+    tie: impl Fn(f32) -> f32,
+) -> usize {
+    let g = load_generator(path, exec, &Default::default()).unwrap();
     let fx = fixture(name);
     let mut agree = 0;
     for p in &fx.prompts {
         let (ids, gaps, first) = greedy(&g, &p.prompt_ids, 32);
         let reference = f16_logits(name, &p.first_step.logits_file);
         let r = pearson(&first, &reference);
-        assert!(r >= 0.999, "{name}/{}: first-step logit correlation {r}", p.id);
+        assert!(r >= min_r, "{name}/{}: first-step logit correlation {r}", p.id);
+        let spread = std_dev(&reference);
         let diverge = ids.iter().zip(&p.greedy_ids).position(|(a, b)| a != b);
         match diverge {
             None => agree += 1,
             Some(step) => {
                 // A divergence is acceptable only where our own logits nearly tie.
                 assert!(
-                    gaps[step] < 0.3,
-                    "{name}/{}: diverged at step {step} with a top-2 gap of {}",
+                    gaps[step] < tie(spread),
+                    "{name}/{}: diverged at step {step} with a top-2 gap of {} (logit spread {spread})",
                     p.id,
                     gaps[step]
                 );
@@ -158,24 +168,64 @@ fn compare_with_llama_cpp(file: &str, name: &str) {
         "{name}: {agree}/{} greedy continuations equal llama.cpp (quantized activations) for 32 tokens",
         fx.prompts.len()
     );
-    // Measured 4/8 (SmolLM2) and 5/8 (Qwen2.5); all divergences at near-ties.
-    assert!(agree >= 4, "{name}: only {agree} of {} greedy continuations agree for 32 tokens", fx.prompts.len());
+    agree
+}
+
+fn std_dev(v: &[f32]) -> f32 {
+    let n = v.len() as f64;
+    let m = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+    (v.iter().map(|&x| (x as f64 - m).powi(2)).sum::<f64>() / n).sqrt() as f32
+}
+
+/// [`compare_with_llama_cpp_on`] for a trained model from the model cache: r ≥ `min_r`,
+/// divergences at gaps below 0.3. Against the engine's f32 products r ≥ 0.999; the sealed
+/// path rounds activations to int8 as llama.cpp does, but its inputs already differ from
+/// llama.cpp's (whose KV cache is f16), so the two roundings add: r ≥ 0.998.
+fn compare_with_llama_cpp(file: &str, name: &str, exec: Arc<dyn Executor>, min_r: f64) -> usize {
+    compare_with_llama_cpp_on(&model(file), name, exec, min_r, |_| 0.3)
 }
 
 fn first_argmax(v: &[f32]) -> u32 {
     argmax(v)
 }
 
+/// Greedy agreement with llama.cpp on the quantized files before the int8 products (the
+/// engine's f32 products of the dequantized weights): 4/8 (SmolLM2) and 5/8 (Qwen2.5). The
+/// sealed path's int8 products must agree at least as often.
+const AGREED_BEFORE: [(&str, usize); 2] = [("smollm2-135m", 4), ("qwen2.5-coder-0.5b", 5)];
+
+fn agreed_before(name: &str) -> usize {
+    AGREED_BEFORE.iter().find(|(n, _)| *n == name).map_or(8, |&(_, k)| k)
+}
+
 #[test]
 fn smollm2_matches_llama_cpp() {
-    compare_with_llama_cpp("smollm2-135m-instruct.gguf", "smollm2-135m");
-    compare_with_llama_cpp_f32("smollm2-135m-instruct.gguf", "smollm2-135m");
+    let (file, name) = ("smollm2-135m-instruct.gguf", "smollm2-135m");
+    assert!(compare_with_llama_cpp(file, name, plain(), 0.999) >= agreed_before(name));
+    assert!(compare_with_llama_cpp(file, name, sealed(), 0.998) >= agreed_before(name));
+    compare_with_llama_cpp_f32(file, name);
 }
 
 #[test]
 fn qwen25_matches_llama_cpp() {
-    compare_with_llama_cpp("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b");
-    compare_with_llama_cpp_f32("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b");
+    let (file, name) = ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b");
+    assert!(compare_with_llama_cpp(file, name, plain(), 0.999) >= agreed_before(name));
+    assert!(compare_with_llama_cpp(file, name, sealed(), 0.998) >= agreed_before(name));
+    compare_with_llama_cpp_f32(file, name);
+}
+
+/// Random-weight Qwen3 GGUFs written by llama.cpp's quantizer (Q4_K_M: Q4_K and Q6_K blocks,
+/// a Q6_K embedding; and Q8_0), committed with llama.cpp's outputs: GELO's Qwen3 GGUF path,
+/// on the sealed int8 kernels and on the engine's f32 products. A random model's logits are
+/// nearly flat, so agreement is judged against their spread.
+#[test]
+fn qwen3_tiny_matches_llama_cpp() {
+    for name in ["qwen3-tiny-q4_k_m", "qwen3-tiny-q8_0"] {
+        let path = fixture_dir("qwen3-tiny").join(format!("{name}.gguf"));
+        for exec in [sealed(), plain()] {
+            compare_with_llama_cpp_on(&path, name, exec, 0.99, |spread| 0.5 * spread);
+        }
+    }
 }
 
 fn masked_equals_plain(file: &str, name: &str, prompts: usize) {

@@ -39,9 +39,10 @@ impl PlaintextExecutor {
         PlaintextExecutor { products: Products::Engine(engine), dims: RwLock::default() }
     }
 
-    /// Computes every product on the host CPU; no engine is involved.
+    /// Computes every product on the host CPU; no engine is involved. Quantized weights
+    /// stay in their blocks and are multiplied in int8.
     pub(crate) fn host() -> Self {
-        PlaintextExecutor { products: Products::Host(WeightTable::default()), dims: RwLock::default() }
+        PlaintextExecutor { products: Products::Host(WeightTable::in_place()), dims: RwLock::default() }
     }
 
     pub(crate) fn engine_info(&self) -> EngineInfo {

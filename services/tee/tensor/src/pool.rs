@@ -1,0 +1,289 @@
+//! One persistent pool of compute threads for the TEE's products.
+//!
+//! A decode step is hundreds of small parallel regions (every linear of every layer), each a
+//! few microseconds of work per thread. rayon parks an idle worker and a fork wakes it
+//! through the kernel, which on a VM's vCPUs costs tens of microseconds: as much as the
+//! region itself. This pool's workers spin on a shared generation counter for a while after
+//! each region ([`SPIN`]) and only then sleep, so back-to-back regions of one forward pass
+//! are dispatched by a store and picked up within a cache-line transfer, as ggml's thread
+//! pool does. Work is split into tasks that threads claim from one atomic counter, so a
+//! slow or preempted thread holds back at most one task.
+//!
+//! The caller runs tasks too. One region runs at a time; a caller that finds the pool busy
+//! (another thread's region, or a task that itself asks for a region) runs its tasks inline,
+//! so nesting and concurrent callers cannot deadlock.
+
+use std::{
+    cell::Cell,
+    sync::{
+        Arc, Condvar, Mutex, OnceLock,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+/// How long an idle worker keeps polling for the next region before it sleeps: longer than
+/// the gaps between the regions of one forward pass (attention and norms on the calling
+/// thread), far shorter than the gap between two requests.
+const SPIN: Duration = Duration::from_micros(400);
+
+/// The work of one region: `f(task)` for every `task < tasks`.
+struct Job {
+    f: *const (dyn Fn(usize) + Sync),
+    tasks: usize,
+}
+
+// SAFETY: `f` points at a `Sync` closure that `Pool::run` keeps alive until every worker
+// has finished with it (it waits for `active` to reach zero before returning).
+unsafe impl Send for Job {}
+unsafe impl Sync for Job {}
+
+struct Shared {
+    /// Bumped once per region; workers compare it with the last one they served.
+    generation: AtomicU64,
+    /// The current region's job, valid while its generation is current.
+    job: Mutex<Option<Arc<Job>>>,
+    /// Next task index to claim.
+    next: AtomicUsize,
+    /// Workers still inside the current region.
+    active: AtomicUsize,
+    /// Workers asleep on `wake`.
+    sleepers: AtomicUsize,
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+}
+
+/// A fixed set of compute threads; see the module documentation.
+pub struct Pool {
+    shared: Arc<Shared>,
+    threads: usize,
+    /// Held by the caller of the region in flight.
+    busy: Mutex<()>,
+}
+
+thread_local! {
+    /// Whether this thread is a pool worker (its tasks must not open regions of their own).
+    static IN_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Pool {
+    /// A pool of `threads` threads in all, the caller included (`threads − 1` workers).
+    pub fn new(threads: usize) -> Self {
+        let threads = threads.max(1);
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            job: Mutex::new(None),
+            next: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
+            sleep_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        for i in 1..threads {
+            let shared = shared.clone();
+            thread::Builder::new()
+                .name(format!("gelo-compute-{i}"))
+                .spawn(move || worker(&shared))
+                .expect("spawning a compute thread");
+        }
+        Pool { shared, threads, busy: Mutex::new(()) }
+    }
+
+    /// Threads a region runs on, the caller included.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f(task)` for every `task < tasks`, on the pool's threads and the caller's, and
+    /// returns when all have finished. Tasks may run in any order and concurrently.
+    pub fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        if tasks == 0 {
+            return;
+        }
+        let guard = if tasks == 1 || self.threads == 1 || IN_POOL.get() { None } else { self.busy.try_lock().ok() };
+        let Some(_guard) = guard else {
+            (0..tasks).for_each(f);
+            return;
+        };
+        let s = &*self.shared;
+        // SAFETY (lifetime erasure): the job is removed and every worker has left the
+        // region (`active == 0`) before this function returns, so `f` outlives its uses.
+        let f: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
+        let job = Arc::new(Job { f, tasks });
+        s.next.store(0, Ordering::Relaxed);
+        s.active.store(self.threads - 1, Ordering::Relaxed);
+        *s.job.lock().expect("pool job lock") = Some(job.clone());
+        // SeqCst here and on the sleeper's side: the bump and a worker's decision to sleep
+        // are a store-then-load on each side, which only total order keeps from both
+        // reading stale values (the worker asleep, the caller not waking it).
+        s.generation.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = s.sleep_lock.lock().expect("pool sleep lock");
+            s.wake.notify_all();
+        }
+        claim_tasks(s, &job);
+        while s.active.load(Ordering::Acquire) > 0 {
+            std::hint::spin_loop();
+        }
+        *s.job.lock().expect("pool job lock") = None;
+    }
+
+    /// Splits `0..n` into about `pieces_per_thread` pieces a thread, each at least `min`
+    /// long, and runs `f(range)` for each on the pool.
+    pub fn for_ranges(&self, n: usize, min: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+        let pieces = split(n, min.max(1), self.threads * 4);
+        let step = n.div_ceil(pieces.max(1));
+        self.run(pieces, &|t| f(t * step..((t + 1) * step).min(n)));
+    }
+}
+
+/// How many pieces to cut `n` items into: at most `max_pieces`, each at least `min` long.
+fn split(n: usize, min: usize, max_pieces: usize) -> usize {
+    (n / min).clamp(1, max_pieces.max(1)).min(n.max(1))
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.generation.fetch_add(1, Ordering::Release);
+        let _g = self.shared.sleep_lock.lock().expect("pool sleep lock");
+        self.shared.wake.notify_all();
+    }
+}
+
+fn claim_tasks(s: &Shared, job: &Job) {
+    loop {
+        let t = s.next.fetch_add(1, Ordering::Relaxed);
+        if t >= job.tasks {
+            return;
+        }
+        // SAFETY: see `Job`: the closure lives until the region's caller returns.
+        unsafe { (*job.f)(t) };
+    }
+}
+
+fn worker(s: &Shared) {
+    IN_POOL.set(true);
+    // The generation the pool was made with, not the one this thread first reads: a region
+    // may open before a new thread runs, and it must still serve it.
+    let mut seen = 0;
+    loop {
+        // 1. Wait for a new region: spin, then sleep.
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let g = s.generation.load(Ordering::Acquire);
+            if g != seen {
+                seen = g;
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) && start.elapsed() > SPIN {
+                let mut lock = s.sleep_lock.lock().expect("pool sleep lock");
+                s.sleepers.fetch_add(1, Ordering::SeqCst);
+                while s.generation.load(Ordering::SeqCst) == seen {
+                    lock = s.wake.wait(lock).expect("pool sleep lock");
+                }
+                s.sleepers.fetch_sub(1, Ordering::AcqRel);
+                drop(lock);
+                seen = s.generation.load(Ordering::Acquire);
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if s.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        // 2. Serve it.
+        let job = s.job.lock().expect("pool job lock").clone();
+        if let Some(job) = job {
+            claim_tasks(s, &job);
+        }
+        s.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The process's pool, sized like rayon's global pool (`RAYON_NUM_THREADS`, else the
+/// available cores), so one setting governs every parallel region.
+pub fn global() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool::new(rayon::current_num_threads()))
+}
+
+/// A raw pointer that parallel tasks may share when each writes a disjoint part.
+#[derive(Clone, Copy)]
+pub struct SyncPtr<T>(pub *mut T);
+
+// SAFETY: users write disjoint elements only (stated at each use).
+unsafe impl<T> Send for SyncPtr<T> {}
+unsafe impl<T> Sync for SyncPtr<T> {}
+
+impl<T> SyncPtr<T> {
+    /// The pointer (a method, so closures capture the `Sync` wrapper, not the field).
+    pub fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_once() {
+        let pool = Pool::new(3);
+        for tasks in [0, 1, 2, 7, 100] {
+            let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(tasks, &|t| {
+                hits[t].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{tasks} tasks");
+        }
+    }
+
+    #[test]
+    fn nested_and_concurrent_regions_run_inline() {
+        let pool = Arc::new(Pool::new(2));
+        let total = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (pool, total) = (pool.clone(), total.clone());
+                thread::spawn(move || {
+                    for _ in 0..50 {
+                        pool.run(4, &|_| {
+                            pool.run(3, &|_| {
+                                total.fetch_add(1, Ordering::Relaxed);
+                            })
+                        });
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+        assert_eq!(total.load(Ordering::Relaxed), 4 * 50 * 4 * 3);
+    }
+
+    #[test]
+    fn workers_wake_after_sleeping() {
+        let pool = Pool::new(2);
+        thread::sleep(SPIN * 3);
+        let n = AtomicUsize::new(0);
+        pool.run(64, &|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 64);
+    }
+
+    #[test]
+    fn ranges_cover_exactly() {
+        let pool = Pool::new(2);
+        for (n, min) in [(0, 1), (1, 1), (10, 3), (1000, 7), (5, 100)] {
+            let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool.for_ranges(n, min, &|r| r.for_each(|i| _ = seen[i].fetch_add(1, Ordering::Relaxed)));
+            assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "n={n} min={min}");
+        }
+    }
+}
