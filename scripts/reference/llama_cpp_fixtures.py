@@ -21,6 +21,12 @@ llama.cpp's raw logits (lowest id on exact ties), so no penalty or sampler setti
 creep in. Generation does not stop at EOS: all 64 tokens are recorded and `eos_index` marks
 the first end-of-generation token, if any.
 
+With `--qwen3-tiny`, writes a random-weight Qwen3 of the `tiny` shape of
+scripts/bench/random_gguf.py (Qwen3's tokenizer cut to 512 ids), quantized by llama.cpp to
+Q4_K_M (Q4_K and Q6_K blocks) and Q8_0, into qwen3-tiny/*.gguf, with the same fixtures for
+each file (qwen3-tiny-q4_k_m/, qwen3-tiny-q8_0/): the committed model that checks GELO's
+Qwen3 GGUF path and its int8 kernels on K-quants against llama.cpp.
+
 With `--f32`, each model is first re-encoded as an all-F32 GGUF (llama.cpp's own
 quantizer with ftype ALL_F32: an exact dequantization of the same weights) and only the
 greedy continuations are recorded, into <model>/generation_f32.json. On quantized files
@@ -45,7 +51,7 @@ import llama_cpp
 from llama_cpp import Llama
 
 REPO = Path(__file__).resolve().parents[2]
-OUT = REPO / "services" / "models" / "tests" / "fixtures" / "llama_cpp"
+OUT = REPO / "services" / "tee" / "models" / "tests" / "fixtures" / "llama_cpp"
 MODELS = Path(os.environ.get("GELO_CACHE", Path.home() / ".cache" / "gelo")) / "models"
 
 MODEL_FILES = {
@@ -181,8 +187,8 @@ def run_f32(key: str, file: str) -> None:
     path.unlink()
 
 
-def run_model(key: str, file: str) -> dict:
-    path = MODELS / file
+def run_model(key: str, file: str, path: Path | None = None) -> dict:
+    path = path or MODELS / file
     if not path.is_file():
         sys.exit(f"{path} is missing: run scripts/fetch-models.sh")
     llm = Llama(
@@ -279,8 +285,35 @@ def ggml_version() -> str:
     return ", ".join(names)
 
 
+def qwen3_tiny() -> None:
+    sys.path.insert(0, str(REPO / "scripts" / "bench"))
+    import random_gguf
+
+    tokenizer = MODELS / "qwen3-tokenizer" / "tokenizer.json"
+    d = OUT / "qwen3-tiny"
+    d.mkdir(parents=True, exist_ok=True)
+    f16 = Path(os.environ.get("TMPDIR", "/tmp")) / "qwen3-tiny-f16.gguf"
+    random_gguf.write_f16("tiny", f16, tokenizer, seed=1)
+    models = {}
+    for ftype in ["Q4_K_M", "Q8_0"]:
+        file = f"qwen3-tiny-{ftype.lower()}.gguf"
+        random_gguf.quantize(f16, d / file, ftype, N_THREADS)
+        models[file] = run_model(file.removesuffix(".gguf"), file, d / file)
+    f16.unlink()
+    manifest = {
+        "generator": "scripts/reference/llama_cpp_fixtures.py --qwen3-tiny",
+        "llama_cpp_python": version("llama-cpp-python"),
+        "weights": "random N(0, 0.02^2), norms 1, seed 1 (scripts/bench/random_gguf.py, shape tiny)",
+        "models": models,
+    }
+    (d / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    if "--qwen3-tiny" in sys.argv[1:]:
+        qwen3_tiny()
+        return
     if "--f32" in sys.argv[1:]:
         for key, file in MODEL_FILES.items():
             run_f32(key, file)

@@ -1,7 +1,8 @@
 //! The production default protection, gated: real models run on exactly the executor a
 //! service builds by default, over an engine that records every operand, and the engine
-//! must receive nothing — no operand, no weight — while the answers equal the plaintext
-//! baseline's. `attack/run.sh` runs this before the attacks; the attacks' conditions are
+//! must receive nothing — no operand, no weight — while the answers stay those of the
+//! plaintext baseline: equal for f32 weights, and for quantized weights (multiplied in int8
+//! by the sealed executor, in f32 by the baseline) the same logits up to that rounding. `attack/run.sh` runs this before the attacks; the attacks' conditions are
 //! the weaker, opt-in masked schemes (docs/SECURITY.md).
 
 use std::{path::PathBuf, sync::Arc};
@@ -25,6 +26,19 @@ fn default_executor() -> (Arc<Watched>, Arc<dyn Executor>) {
     let engine = Arc::new(Watched::new());
     let exec = Protection::default().executor(engine.clone() as Arc<dyn Engine>, MaskedConfig::default()).unwrap();
     (engine, exec)
+}
+
+fn pearson(a: &[f32], b: &[f32]) -> f64 {
+    let n = a.len() as f64;
+    let (ma, mb) = (a.iter().map(|&v| v as f64).sum::<f64>() / n, b.iter().map(|&v| v as f64).sum::<f64>() / n);
+    let (mut cov, mut va, mut vb) = (0.0, 0.0, 0.0);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (x as f64 - ma, y as f64 - mb);
+        cov += x * y;
+        va += x * x;
+        vb += y * y;
+    }
+    cov / (va * vb).sqrt()
 }
 
 fn assert_blind(engine: &Watched, what: &str) {
@@ -63,11 +77,19 @@ fn smollm2_prefill_decode_and_lm_head_under_the_default_reach_no_engine() {
     let req = GenerateRequest::greedy(Prompt::Raw("The patient's record number is 88231 and her diagnosis".into()), 12);
     let sealed = g.generate(&req, |_| true).unwrap();
     assert_blind(&engine, "SmolLM2");
+    assert_eq!(sealed.tokens.len(), 12);
+    // Every step's logits (prefill, decode, LM head) against the f32 baseline's on the same
+    // tokens: the int8 activations move them by a small fraction of their spread.
     let plain = PlaintextExecutor::new(Arc::new(CpuEngine::new()));
     let want = load_generator(&model("smollm2-135m-instruct.gguf"), Arc::new(plain), &Default::default()).unwrap();
-    assert_eq!(
-        sealed.tokens,
-        want.generate(&req, |_| true).unwrap().tokens,
-        "sealed greedy decode differs from plaintext"
-    );
+    let prompt = g.tokenizer.encode("The patient's record number is 88231 and her diagnosis", true).unwrap();
+    let (mut ca, mut cb) = (g.decoder.new_cache(), want.decoder.new_cache());
+    let mut feed = prompt;
+    for &next in &sealed.tokens {
+        let a = g.decoder.logits(&g.decoder.forward(&mut [&mut ca], &[&feed]).unwrap()).unwrap();
+        let b = want.decoder.logits(&want.decoder.forward(&mut [&mut cb], &[&feed]).unwrap()).unwrap();
+        let r = pearson(a.row(0), b.row(0));
+        assert!(r > 0.999, "sealed logits correlate with plaintext's at only {r}");
+        feed = vec![next];
+    }
 }

@@ -4,8 +4,10 @@
 //! GPU in [`gpu`].
 
 pub mod gpu;
+pub mod kernels;
 pub mod linears;
 pub mod model;
+pub mod sealed;
 pub mod serve;
 
 use anyhow::Result;
@@ -24,6 +26,10 @@ enum What {
     Engine(linears::EngineArgs),
     /// Whole-model forward (embedding) or decode at real shapes, plain vs masked.
     Model(crate::model::ModelArgs),
+    /// The sealed path's int8 products alone, against the machine's copy bandwidth.
+    Kernels(crate::kernels::KernelArgs),
+    /// The sealed (default) protection on a real model, on the CPU peers' workloads.
+    Sealed(crate::sealed::SealedArgs),
     /// A model service as a process over RA-TLS, driven by concurrent clients.
     Serve(crate::serve::ServeArgs),
     /// The Vulkan engine on one GPU: GEMM throughput, decode round trip, masked blocks.
@@ -35,6 +41,8 @@ pub fn run(args: Args) -> Result<()> {
         What::Protocol(a) => linears::protocol(a),
         What::Engine(a) => linears::engine(a),
         What::Model(a) => crate::model::run(a),
+        What::Kernels(a) => crate::kernels::run(a),
+        What::Sealed(a) => crate::sealed::run(a),
         What::Serve(a) => crate::serve::run(a),
         What::Gpu(a) => crate::gpu::run(a),
     }

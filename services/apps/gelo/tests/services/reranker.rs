@@ -1,9 +1,8 @@
 use std::sync::Arc;
 
 use api::v1::{RerankRequest, reranker_client::RerankerClient};
-use kernels::CpuEngine;
 use models::{LoadOptions, load_reranker};
-use protocol::{MaskedConfig, MaskedExecutor};
+use protocol::SealedExecutor;
 
 use crate::support::*;
 
@@ -29,7 +28,9 @@ async fn reranker_process_ranks_like_in_process() {
         .unwrap()
         .into_inner();
     assert_eq!(got.results.len(), 2, "top_n");
-    let exec = Arc::new(MaskedExecutor::new(Arc::new(CpuEngine::new()), MaskedConfig::default()).unwrap());
+    // The service runs the default protection (sealed: int8 products of the quantized
+    // weights); in process, the same executor must give the same scores.
+    let exec = Arc::new(SealedExecutor::new());
     let local = load_reranker(&path, exec, &LoadOptions::default()).unwrap();
     let want = local.score(query, &docs).unwrap();
     let mut order: Vec<usize> = (0..3).collect();

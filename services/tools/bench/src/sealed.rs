@@ -1,0 +1,181 @@
+//! `gelo bench sealed`: the default protection's speed on a real model, on the workloads its
+//! CPU peers run (`scripts/bench/llama_cpp_peer.py`, `scripts/bench/bert_peers.py`), so
+//! `scripts/bench/peers.sh` can print ratios from one run on one machine.
+//!
+//! A generator: prefill of one `--prompt`-token prompt (tokens/s to its last logits), then
+//! greedy decode of `--steps` tokens for each `--batch` size after `--context` prompt tokens
+//! per sequence (aggregate tokens/s). An embedder: `--texts` texts of exactly `--n` tokens
+//! per forward pass (texts/s). Threads: `RAYON_NUM_THREADS` (the compute pool follows it).
+
+use std::{path::PathBuf, sync::Arc, time::Instant};
+
+use anyhow::Result;
+use models::sampler::argmax;
+use protocol::{Executor, SealedExecutor};
+
+#[derive(clap::Args)]
+pub struct SealedArgs {
+    /// A GGUF decoder, or a BERT embedder's folder.
+    #[arg(long)]
+    model: PathBuf,
+    /// Prefill prompt length (generator).
+    #[arg(long, default_value_t = 512)]
+    prompt: usize,
+    /// Prompt tokens per sequence before decoding (generator).
+    #[arg(long, default_value_t = 32)]
+    context: usize,
+    /// Decode steps timed (generator).
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Decode batch sizes (generator).
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    batch: Vec<usize>,
+    /// Texts per forward pass (embedder).
+    #[arg(long, default_value_t = 32)]
+    texts: usize,
+    /// Tokens per text (embedder).
+    #[arg(long, default_value_t = 256)]
+    n: usize,
+    /// Timed repetitions per cell (medians reported), after one warm-up.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Also write the cells as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// The project's deterministic prompt ids (the peers use the same formula): away from
+/// both ends of the vocabulary, where the special tokens sit.
+fn prompt_ids(count: usize, vocab: usize, salt: usize) -> Vec<u32> {
+    let lo = 1000.min(vocab / 4);
+    (0..count).map(|i| (lo + (i * 7919 + salt * 104_729) % (vocab - 2 * lo)) as u32).collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `VmRSS` and `VmHWM` of this process, in bytes (Linux).
+fn memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+pub fn run(a: SealedArgs) -> Result<()> {
+    let exec: Arc<dyn Executor> = Arc::new(SealedExecutor::new());
+    let files = models::ModelFiles::inspect(&a.model, None)?;
+    let name = a.model.file_name().map_or_else(|| "model".into(), |f| f.to_string_lossy().into_owned());
+    let threads = tensor::pool::global().threads();
+    let mut cells = serde_json::Map::new();
+    let mut put = |k: &str, v: f64, unit: &str| {
+        println!("| GELO sealed | {name} | {k} | {v:.1} {unit} | {threads} threads |");
+        cells.insert(k.into(), v.into());
+    };
+    match files.kind {
+        models::Kind::Bert { .. } => {
+            let opts = models::LoadOptions { max_seq_length: Some(a.n), ..Default::default() };
+            let e = models::load_embedder(&a.model, exec, &opts)?;
+            let texts: Vec<String> = (0..a.texts).map(|i| long_text(i, a.n)).collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            e.embed(&refs)?;
+            let rates = (0..a.reps)
+                .map(|_| {
+                    let t = Instant::now();
+                    e.embed(&refs)?;
+                    Ok(a.texts as f64 / t.elapsed().as_secs_f64())
+                })
+                .collect::<Result<Vec<_>>>()?;
+            put(&format!("embed_{}x{}", a.texts, a.n), median(rates), "texts/s");
+        }
+        models::Kind::Decoder(_) => {
+            let g = models::load_generator(&a.model, exec, &models::LoadOptions::default())?;
+            let (rss_loaded, _) = memory();
+            let d = &g.decoder;
+            let vocab = d.cfg.vocab_size;
+            let prefill = |n: usize| -> Result<f64> {
+                let mut cache = d.new_cache();
+                let toks = prompt_ids(n, vocab, 0);
+                let t = Instant::now();
+                let last = d.forward(&mut [&mut cache], &[&toks])?;
+                d.logits(&last)?;
+                Ok(n as f64 / t.elapsed().as_secs_f64())
+            };
+            prefill(a.prompt.min(64))?;
+            put("prefill", median((0..a.reps).map(|_| prefill(a.prompt)).collect::<Result<_>>()?), "tok/s");
+            let mut kv_bytes = 0;
+            for &b in &a.batch {
+                let decode = |steps: usize, kv: &mut usize| -> Result<f64> {
+                    let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
+                    let mut next = Vec::with_capacity(b);
+                    for (s, c) in caches.iter_mut().enumerate() {
+                        let last = d.forward(&mut [c], &[&prompt_ids(a.context, vocab, s)])?;
+                        next.push(argmax(d.logits(&last)?.row(0)));
+                    }
+                    let t = Instant::now();
+                    for _ in 0..steps {
+                        let mut refs: Vec<_> = caches.iter_mut().collect();
+                        let feed: Vec<[u32; 1]> = next.iter().map(|&x| [x]).collect();
+                        let slices: Vec<&[u32]> = feed.iter().map(|f| f.as_slice()).collect();
+                        let logits = d.step(&mut refs, &slices)?;
+                        next = (0..b).map(|r| argmax(logits.row(r))).collect();
+                    }
+                    *kv = (*kv).max(caches.iter().map(|c| c.bytes()).sum());
+                    Ok((b * steps) as f64 / t.elapsed().as_secs_f64())
+                };
+                decode(2, &mut kv_bytes)?;
+                let r = median((0..a.reps).map(|_| decode(a.steps, &mut kv_bytes)).collect::<Result<_>>()?);
+                put(&format!("decode_b{b}"), r, "tok/s");
+            }
+            let (rss, hwm) = memory();
+            let file = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
+            println!(
+                "memory: file {:.1} MB, resident after load {:.1} MB, at end {:.1} MB, peak {:.1} MB, KV cache (largest batch) {:.1} MB",
+                file as f64 / 1e6,
+                rss_loaded as f64 / 1e6,
+                rss as f64 / 1e6,
+                hwm as f64 / 1e6,
+                kv_bytes as f64 / 1e6
+            );
+            for (k, v) in
+                [("file_bytes", file), ("rss_loaded", rss_loaded), ("rss_peak", hwm), ("kv_bytes", kv_bytes as u64)]
+            {
+                cells.insert(k.into(), v.into());
+            }
+        }
+    }
+    if let Some(path) = &a.json {
+        let doc = serde_json::json!({
+            "runtime": "GELO sealed",
+            "model": name,
+            "threads": threads,
+            "isa": tensor::quant::Isa::detected().name(),
+            "prompt": a.prompt, "context": a.context, "steps": a.steps,
+            "cells": cells,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+    }
+    Ok(())
+}
+
+/// A text of well over `n` tokens for any tokenizer (the embedder cuts it to `n`), distinct
+/// per `i`.
+fn long_text(i: usize, n: usize) -> String {
+    (0..n).fold(format!("Record {i}: "), |mut t, k| {
+        t.push_str(&format!(
+            "the patient cohort {} showed outcome {} after treatment {}; ",
+            i + k,
+            (i * 31 + k) % 97,
+            k % 13
+        ));
+        t
+    })
+}
