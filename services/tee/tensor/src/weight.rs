@@ -291,6 +291,27 @@ impl WeightTable {
         Ok(())
     }
 
+    /// `x · W` for each of `ids`: quantized weights together, in one parallel region with
+    /// the activations quantized once ([`crate::quant::products`]), f32 ones one by one.
+    pub fn products(&self, ids: &[WeightId], x: &Matrix) -> Result<Vec<Matrix>, WeightError> {
+        let held = ids.iter().map(|id| self.get(id)).collect::<Result<Vec<_>, _>>()?;
+        let quant: Vec<&QuantMatrix> = held
+            .iter()
+            .filter_map(|w| match &w.data {
+                HostData::Quant(q) => Some(q),
+                HostData::F32(_) => None,
+            })
+            .collect();
+        let mut quant_products = crate::quant::products(&quant, x).into_iter();
+        Ok(held
+            .iter()
+            .map(|w| match &w.data {
+                HostData::Quant(_) => quant_products.next().expect("one product per quantized weight"),
+                HostData::F32(_) => w.product(x),
+            })
+            .collect())
+    }
+
     pub fn get(&self, id: &WeightId) -> Result<Arc<HostWeight>, WeightError> {
         self.weights
             .read()

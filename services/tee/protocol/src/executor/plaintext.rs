@@ -101,9 +101,7 @@ impl Pass for PlainPass<'_> {
         check_input("linear", h, &self.blocks, d_ins)?;
         match &self.exec.products {
             Products::Engine(engine) => Ok(engine.matmul_many(&danger::expose_plaintext(h.clone()), ids)?),
-            Products::Host(table) => {
-                ids.iter().map(|id| Ok(table.get(id).map_err(crate::EngineError::from)?.product(h))).collect()
-            }
+            Products::Host(table) => Ok(table.products(ids, h).map_err(crate::EngineError::from)?),
         }
     }
 

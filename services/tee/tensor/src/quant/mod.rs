@@ -13,6 +13,8 @@ mod format;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod packed_avx2;
+#[cfg(target_arch = "x86_64")]
+mod packed_vnni;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod stream_avx2;
@@ -21,6 +23,7 @@ mod tests;
 
 use std::{
     cell::RefCell,
+    ops::Range,
     sync::{Arc, OnceLock},
 };
 
@@ -36,6 +39,9 @@ pub enum Isa {
     Portable,
     /// AVX2 + FMA + F16C (x86-64-v3).
     Avx2,
+    /// AVX-512 F/BW with VNNI, and AVX2: the packed products in 512-bit `vpdpbusd`, the
+    /// streaming ones as on AVX2.
+    Avx512Vnni,
 }
 
 impl Isa {
@@ -43,6 +49,7 @@ impl Isa {
         match self {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
+            Isa::Avx512Vnni => "avx512vnni",
         }
     }
 
@@ -55,6 +62,12 @@ impl Isa {
             && std::is_x86_feature_detected!("f16c")
         {
             v.push(Isa::Avx2);
+            if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vnni")
+            {
+                v.push(Isa::Avx512Vnni);
+            }
         }
         v
     }
@@ -200,93 +213,148 @@ impl QuantMatrix {
 
     /// `x · Wᵀ` with the kernel set `isa` (which this CPU must run: see [`Isa::available`]).
     pub fn product_on(&self, x: &Matrix, isa: Isa) -> Matrix {
-        assert_eq!(x.cols(), self.cols, "product input width");
-        let m = x.rows();
-        let mut out = Matrix::zeros(m, self.rows);
-        if m == 0 {
-            return out;
-        }
-        if m >= PACKED_MIN_ROWS {
-            let xq = QuantRows::new(x.as_slice(), m, self.cols, packed_kind(self.format));
-            self.packed(&xq, isa, out.as_mut_slice());
-        } else {
-            let xq = QuantRows::new(x.as_slice(), m, self.cols, stream_kind(self.format));
-            self.stream(&xq, isa, out.as_mut_slice());
-        }
-        out
+        products_on(&[self], x, isa).pop().expect("one weight, one product")
     }
 
-    /// Tiles of weight rows unpacked into panels, each against a chunk of activation rows.
-    fn packed(&self, xq: &QuantRows, isa: Isa, out: &mut [f32]) {
+    /// The packed task: tile `t` of `spec.nr` weight rows unpacked into this thread's panel,
+    /// against activation rows `rows`.
+    fn packed_task(&self, xq: &QuantRows, isa: Isa, t: usize, rows: Range<usize>, out: *mut f32) {
         thread_local! {
             static PANEL: RefCell<packed::Panel> = RefCell::default();
         }
-        let spec = match isa {
-            Isa::Portable => packed::PanelSpec { nr: 8, signed: false },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 if packed::needs_signed(self.format) => packed_avx2::SPEC_SIGNED,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => packed_avx2::SPEC_UNSIGNED,
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => unreachable!("x86 kernels on another architecture"),
-        };
+        let spec = panel_spec(self.format, isa);
         let g = portable::group(self.format);
-        let m = xq.rows();
-        let tiles = self.rows.div_ceil(spec.nr);
-        // Split the rows only as far as the pool needs tasks: every task unpacks its tile.
-        let wanted = pool::global().threads() * 4;
-        let chunks = wanted.div_ceil(tiles).clamp(1, m.div_ceil(PACKED_MIN_CHUNK));
-        let chunk = m.div_ceil(chunks);
-        let ptr = pool::SyncPtr(out.as_mut_ptr());
+        let o0 = t * spec.nr;
+        let cols = spec.nr.min(self.rows - o0);
         let ldo = self.rows;
-        pool::global().run(tiles * chunks, &|task| {
-            let (t, c) = (task / chunks, task % chunks);
-            let o0 = t * spec.nr;
-            let cols = spec.nr.min(self.rows - o0);
-            let rows = c * chunk..((c + 1) * chunk).min(m);
-            PANEL.with_borrow_mut(|panel| {
-                packed::pack(self, o0, spec, isa, panel);
-                match isa {
-                    Isa::Portable => {
-                        packed::tile_portable(panel, spec, g, xq, rows.start, rows.len(), ptr.get(), ldo, o0, cols)
-                    }
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: `Avx2` is only chosen where the CPU runs it; the panel was packed
-                    // for it from a weight as wide as `xq`, quantized in groups of `g`; this
-                    // task owns columns `o0..o0 + cols` of rows `rows`.
-                    Isa::Avx2 => unsafe {
-                        packed_avx2::tile_rows(panel, spec.signed, g, xq, rows, ptr.get(), ldo, o0, cols)
-                    },
-                    #[cfg(not(target_arch = "x86_64"))]
-                    _ => unreachable!("x86 kernels on another architecture"),
-                }
-            });
+        PANEL.with_borrow_mut(|panel| {
+            packed::pack(self, o0, spec, isa, panel);
+            match isa {
+                Isa::Portable => packed::tile_portable(panel, spec, g, xq, rows.start, rows.len(), out, ldo, o0, cols),
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Avx2` is only chosen where the CPU runs it; the panel was packed
+                // for it from a weight as wide as `xq`, quantized in groups of `g`; the caller
+                // owns columns `o0..o0 + cols` of rows `rows`.
+                Isa::Avx2 => unsafe { packed_avx2::tile_rows(panel, spec.signed, g, xq, rows, out, ldo, o0, cols) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as for `Avx2`, with the VNNI panel.
+                Isa::Avx512Vnni => unsafe { packed_vnni::tile_rows(panel, g, xq, rows, out, ldo, o0, cols) },
+                #[cfg(not(target_arch = "x86_64"))]
+                _ => unreachable!("x86 kernels on another architecture"),
+            }
         });
     }
 
-    /// The streaming kernels over every weight row, split over the pool.
-    fn stream(&self, xq: &QuantRows, isa: Isa, out: &mut [f32]) {
+    /// The streaming task: weight rows `range` against every activation row.
+    fn stream_task(&self, xq: &QuantRows, isa: Isa, range: Range<usize>, out: *mut f32) {
         let rb = self.row_bytes();
-        let ptr = pool::SyncPtr(out.as_mut_ptr());
         let ldo = self.rows;
-        // About 16 KB of weights a piece: enough to hide the claim, small enough to balance.
-        let min_rows = (16384 / rb).max(1);
-        pool::global().for_ranges(self.rows, min_rows, &|range| match isa {
+        match isa {
             Isa::Portable => {
                 for o in range {
                     let w = &self.bytes[o * rb..(o + 1) * rb];
                     for j in 0..xq.rows() {
-                        // SAFETY: this task owns columns `range` of `out`.
-                        unsafe { *ptr.get().add(j * ldo + o) = portable::dot(self.format, w, xq.row(j), xq.kind) };
+                        // SAFETY: the caller owns columns `range` of `out`.
+                        unsafe { *out.add(j * ldo + o) = portable::dot(self.format, w, xq.row(j), xq.kind) };
                     }
                 }
             }
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Avx2` is only chosen where the CPU runs it; the rows and blocks
-            // were checked at construction and quantization; columns `range` are ours.
-            Isa::Avx2 => unsafe { stream_avx2::rows(self.format, &self.bytes, rb, range, xq, ptr.get(), ldo) },
+            // SAFETY: `Avx2` (and `Avx512Vnni`, a superset) is only chosen where the CPU runs
+            // it; the rows and blocks were checked at construction and quantization; the
+            // caller owns columns `range`.
+            Isa::Avx2 | Isa::Avx512Vnni => unsafe {
+                stream_avx2::rows(self.format, &self.bytes, rb, range, xq, out, ldo)
+            },
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("x86 kernels on another architecture"),
-        });
+        }
+    }
+}
+
+/// `x · Wᵀ` for every weight of `ws` (all as wide as `x`) with the CPU's best kernels: the
+/// activations are quantized once per kind the weights need, and every weight's work goes
+/// into one parallel region (a decode step's Q/K/V, or gate and up, are one region, not
+/// three or two).
+pub fn products(ws: &[&QuantMatrix], x: &Matrix) -> Vec<Matrix> {
+    products_on(ws, x, Isa::detected())
+}
+
+/// One piece of a [`products_on`] region.
+enum Task {
+    /// Weight `w`'s rows `rows`, streamed against every activation row.
+    Stream { w: usize, rows: Range<usize> },
+    /// Weight `w`'s tile `tile` against activation rows `rows`.
+    Packed { w: usize, tile: usize, rows: Range<usize> },
+}
+
+/// [`products`] with the kernel set `isa`.
+pub fn products_on(ws: &[&QuantMatrix], x: &Matrix, isa: Isa) -> Vec<Matrix> {
+    let m = x.rows();
+    let mut outs: Vec<Matrix> = ws
+        .iter()
+        .map(|w| {
+            assert_eq!(x.cols(), w.cols, "product input width");
+            Matrix::zeros(m, w.rows)
+        })
+        .collect();
+    if m == 0 || ws.is_empty() {
+        return outs;
+    }
+    let packed = m >= PACKED_MIN_ROWS;
+    let kind = |w: &QuantMatrix| if packed { packed_kind(w.format) } else { stream_kind(w.format) };
+    let mut quantized: Vec<QuantRows> = Vec::new();
+    for w in ws {
+        if !quantized.iter().any(|q| q.kind == kind(w)) {
+            quantized.push(QuantRows::new(x.as_slice(), m, x.cols(), kind(w)));
+        }
+    }
+    let xq = |w: &QuantMatrix| quantized.iter().find(|q| q.kind == kind(w)).expect("quantized above");
+    let threads = pool::global().threads();
+    let mut tasks = Vec::new();
+    for (i, w) in ws.iter().enumerate() {
+        if packed {
+            let tiles = w.rows.div_ceil(panel_spec(w.format, isa).nr);
+            // Split the rows only as far as the pool needs tasks: every task unpacks its tile.
+            let chunks = (threads * 4).div_ceil(tiles).clamp(1, m.div_ceil(PACKED_MIN_CHUNK));
+            let chunk = m.div_ceil(chunks);
+            for tile in 0..tiles {
+                for c in 0..chunks {
+                    tasks.push(Task::Packed { w: i, tile, rows: c * chunk..((c + 1) * chunk).min(m) });
+                }
+            }
+        } else {
+            // About 16 KB of weights a piece (enough to hide the claim), and no more pieces
+            // than the pool needs to balance.
+            let min_rows = (16384 / w.row_bytes()).max(1).max(w.rows.div_ceil(threads * 4));
+            let pieces = w.rows.div_ceil(min_rows);
+            for p in 0..pieces {
+                tasks.push(Task::Stream { w: i, rows: p * min_rows..((p + 1) * min_rows).min(w.rows) });
+            }
+        }
+    }
+    let ptrs: Vec<pool::SyncPtr<f32>> = outs.iter_mut().map(|o| pool::SyncPtr(o.as_mut_slice().as_mut_ptr())).collect();
+    pool::global().run(tasks.len(), &|t| match &tasks[t] {
+        Task::Stream { w, rows } => ws[*w].stream_task(xq(ws[*w]), isa, rows.clone(), ptrs[*w].get()),
+        Task::Packed { w, tile, rows } => ws[*w].packed_task(xq(ws[*w]), isa, *tile, rows.clone(), ptrs[*w].get()),
+    });
+    outs
+}
+
+/// The panel a kernel set packs `format` into.
+fn panel_spec(format: QuantFormat, isa: Isa) -> packed::PanelSpec {
+    match isa {
+        Isa::Portable => packed::PanelSpec { nr: 8, signed: false },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if packed::needs_signed(format) => packed_avx2::SPEC_SIGNED,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => packed_avx2::SPEC_UNSIGNED,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => packed_vnni::SPEC,
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => {
+            let _ = format;
+            unreachable!("x86 kernels on another architecture")
+        }
     }
 }

@@ -58,9 +58,9 @@ pub(crate) fn pack(w: &QuantMatrix, o0: usize, spec: PanelSpec, isa: Isa, panel:
         let row = &w.bytes()[(o0 + r) * rb..(o0 + r + 1) * rb];
         match isa {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Avx2` is only chosen where the CPU runs it; `row` is whole blocks and
-            // `panel.row` as long as their values.
-            Isa::Avx2 => unsafe { super::stream_avx2::row_values(format, row, &mut panel.row) },
+            // SAFETY: `Avx2` and `Avx512Vnni` are only chosen where the CPU runs AVX2; `row` is
+            // whole blocks and `panel.row` as long as their values.
+            Isa::Avx2 | Isa::Avx512Vnni => unsafe { super::stream_avx2::row_values(format, row, &mut panel.row) },
             _ => row
                 .chunks_exact(bb)
                 .enumerate()

@@ -214,3 +214,23 @@ fn many_rows_split_over_the_pool_agree_with_one_thread() {
         }
     }
 }
+
+#[test]
+fn products_of_one_input_equal_the_single_products() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let ws = [
+        random_weight(QuantFormat::Q4_K, 40, 512, &mut rng),
+        random_weight(QuantFormat::Q5_0, 9, 512, &mut rng),
+        random_weight(QuantFormat::Q6_K, 300, 512, &mut rng),
+        random_weight(QuantFormat::Q4_K, 17, 512, &mut rng),
+    ];
+    let refs: Vec<&QuantMatrix> = ws.iter().collect();
+    for m in [1, 3, 20] {
+        let x = random_x(m, 512, &mut rng);
+        for isa in Isa::available() {
+            for (w, got) in ws.iter().zip(products_on(&refs, &x, isa)) {
+                assert_eq!(got.as_slice(), w.product_on(&x, isa).as_slice(), "{} m={m} {}", w.format(), isa.name());
+            }
+        }
+    }
+}
