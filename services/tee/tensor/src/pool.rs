@@ -32,10 +32,13 @@ const SPIN: Duration = Duration::from_micros(400);
 struct Job {
     f: *const (dyn Fn(usize) + Sync),
     tasks: usize,
+    /// Set by the caller once every task is claimed: a worker that joins later must not
+    /// touch `f` (the caller no longer waits for it).
+    closed: AtomicBool,
 }
 
 // SAFETY: `f` points at a `Sync` closure that `Pool::run` keeps alive until every worker
-// has finished with it (it waits for `active` to reach zero before returning).
+// that joined the region has left it (see `join` and `Pool::run`).
 unsafe impl Send for Job {}
 unsafe impl Sync for Job {}
 
@@ -46,7 +49,7 @@ struct Shared {
     job: Mutex<Option<Arc<Job>>>,
     /// Next task index to claim.
     next: AtomicUsize,
-    /// Workers still inside the current region.
+    /// Workers inside the current region (joined and not yet left).
     active: AtomicUsize,
     /// Workers asleep on `wake`.
     sleepers: AtomicUsize,
@@ -112,9 +115,8 @@ impl Pool {
         // SAFETY (lifetime erasure): the job is removed and every worker has left the
         // region (`active == 0`) before this function returns, so `f` outlives its uses.
         let f: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
-        let job = Arc::new(Job { f, tasks });
+        let job = Arc::new(Job { f, tasks, closed: AtomicBool::new(false) });
         s.next.store(0, Ordering::Relaxed);
-        s.active.store(self.threads - 1, Ordering::Relaxed);
         *s.job.lock().expect("pool job lock") = Some(job.clone());
         // SeqCst here and on the sleeper's side: the bump and a worker's decision to sleep
         // are a store-then-load on each side, which only total order keeps from both
@@ -125,7 +127,18 @@ impl Pool {
             s.wake.notify_all();
         }
         claim_tasks(s, &job);
-        while s.active.load(Ordering::Acquire) > 0 {
+        // Every task is claimed. Workers that have not joined yet (descheduled, on a
+        // machine with more runnable threads than cores) are not waited for: closing the
+        // job turns them away. SeqCst pairs with `join`: either a worker's join comes
+        // first in the total order and this loop sees it, or the worker sees `closed`.
+        job.closed.store(true, Ordering::SeqCst);
+        let mut spins = 0u32;
+        while s.active.load(Ordering::SeqCst) > 0 {
+            spins = spins.wrapping_add(1);
+            // A joined worker that was preempted mid-task may be waiting for this core.
+            if spins.is_multiple_of(256) {
+                thread::yield_now();
+            }
             std::hint::spin_loop();
         }
         *s.job.lock().expect("pool job lock") = None;
@@ -138,6 +151,44 @@ impl Pool {
         let step = n.div_ceil(pieces.max(1));
         self.run(pieces, &|t| f(t * step..((t + 1) * step).min(n)));
     }
+}
+
+impl Pool {
+    /// Runs `f(first, chunk)` over `data` cut into chunks of whole `unit`s (rows of a
+    /// matrix), each at least `min_units` long (`first` the chunk's first unit): a parallel
+    /// pass over a buffer. Below two chunks' worth it runs on the caller alone.
+    pub fn for_chunks_mut<T: Send>(
+        &self,
+        data: &mut [T],
+        unit: usize,
+        min_units: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) {
+        let units = data.len() / unit.max(1);
+        let pieces = split(units, min_units.max(1), self.threads * 4);
+        if pieces <= 1 {
+            f(0, data);
+            return;
+        }
+        let step = units.div_ceil(pieces);
+        let pieces = units.div_ceil(step);
+        let (ptr, len) = (SyncPtr(data.as_mut_ptr()), data.len());
+        self.run(pieces, &|t| {
+            let (u0, u1) = (t * step, ((t + 1) * step).min(units));
+            let (lo, hi) = (u0 * unit, if t + 1 == pieces { len } else { u1 * unit });
+            // SAFETY: the pieces' ranges `lo..hi` are disjoint and inside `data`, which
+            // the caller lends exclusively for the call.
+            let chunk = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(lo), hi - lo) };
+            f(u0, chunk);
+        });
+    }
+}
+
+/// Whether work of `flops` is worth a region on the pool: a region whose workers are
+/// polling costs about a microsecond, so far less work pays than for a fork that wakes
+/// sleeping threads.
+pub fn worth(flops: usize) -> bool {
+    flops >= 1 << 16 && global().threads() > 1
 }
 
 /// How many pieces to cut `n` items into: at most `max_pieces`, each at least `min` long.
@@ -181,6 +232,12 @@ fn worker(s: &Shared) {
                 break;
             }
             spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                // Polling must not hold a core another runnable thread wants (tests and
+                // services share a small machine): sched_yield returns at once when no
+                // other thread is waiting for this core.
+                thread::yield_now();
+            }
             if spins.is_multiple_of(64) && start.elapsed() > SPIN {
                 let mut lock = s.sleep_lock.lock().expect("pool sleep lock");
                 s.sleepers.fetch_add(1, Ordering::SeqCst);
@@ -197,13 +254,26 @@ fn worker(s: &Shared) {
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        // 2. Serve it.
+        // 2. Serve it, unless its caller already finished it.
         let job = s.job.lock().expect("pool job lock").clone();
-        if let Some(job) = job {
+        if let Some(job) = job
+            && join(s, &job)
+        {
             claim_tasks(s, &job);
+            s.active.fetch_sub(1, Ordering::SeqCst);
         }
-        s.active.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Enters `job`'s region if it is still open; a `true` return must be paired with a
+/// decrement of `active` when the worker leaves.
+fn join(s: &Shared, job: &Job) -> bool {
+    s.active.fetch_add(1, Ordering::SeqCst);
+    if job.closed.load(Ordering::SeqCst) {
+        s.active.fetch_sub(1, Ordering::SeqCst);
+        return false;
+    }
+    true
 }
 
 /// The process's pool, sized like rayon's global pool (`RAYON_NUM_THREADS`, else the
@@ -214,8 +284,15 @@ pub fn global() -> &'static Pool {
 }
 
 /// A raw pointer that parallel tasks may share when each writes a disjoint part.
-#[derive(Clone, Copy)]
 pub struct SyncPtr<T>(pub *mut T);
+
+impl<T> Clone for SyncPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for SyncPtr<T> {}
 
 // SAFETY: users write disjoint elements only (stated at each use).
 unsafe impl<T> Send for SyncPtr<T> {}
@@ -275,6 +352,20 @@ mod tests {
             n.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(n.load(Ordering::Relaxed), 64);
+    }
+
+    #[test]
+    fn chunks_cover_exactly_in_whole_units() {
+        let pool = Pool::new(2);
+        for (n, unit, min) in [(0, 3, 1), (9, 3, 1), (3000, 7, 10), (20, 4, 100)] {
+            let mut data = vec![0u32; n];
+            pool.for_chunks_mut(&mut data, unit, min, &|first, chunk| {
+                let last = first * unit + chunk.len() == n;
+                assert!(last || chunk.len().is_multiple_of(unit), "only the last chunk holds a partial unit");
+                chunk.iter_mut().enumerate().for_each(|(i, v)| *v += (first * unit + i) as u32 + 1);
+            });
+            assert!(data.iter().enumerate().all(|(i, &v)| v == i as u32 + 1), "n={n} unit={unit}");
+        }
     }
 
     #[test]
