@@ -32,12 +32,18 @@ pub type Causal = Option<usize>;
 
 /// `softmax(scale·Q·Kᵀ + causal)·V`, in the TEE.
 pub fn attend_plain(head: &Head<'_>, scale: f32, causal: Causal) -> Matrix {
+    attend_head(head, scale, causal, true)
+}
+
+/// [`attend_plain`], its products splitting over the compute pool only if `may_fork` (not
+/// when the heads themselves already run in parallel).
+fn attend_head(head: &Head<'_>, scale: f32, causal: Causal, may_fork: bool) -> Matrix {
     if head.q.rows() <= FEW_QUERIES {
         return attend_few(head, scale, causal);
     }
-    let mut scores = cpu::matmul(head.q, head.k, true);
+    let mut scores = cpu::matmul_on(head.q, head.k, true, may_fork);
     softmax_masked(&mut scores, scale, causal);
-    cpu::matmul(&scores, head.v, false)
+    cpu::matmul_on(&scores, head.v, false, may_fork)
 }
 
 /// Query rows up to which [`attend_few`] beats two GEMM calls: a decode step's head is one
@@ -66,33 +72,36 @@ fn attend_few(head: &Head<'_>, scale: f32, causal: Causal) -> Matrix {
     out
 }
 
-/// [`attend_plain`] for every head, the heads in parallel on rayon's pool: a head's own
+/// [`attend_plain`] for every head, the heads in parallel on the compute pool: a head's own
 /// products are too small to keep many cores busy (BERT-base: 12 heads of 256×64 per
 /// sequence), a batch's heads together are not.
 pub fn attend_all(heads: &[Head<'_>], scale: f32, causal: Causal) -> Vec<Matrix> {
-    use rayon::prelude::*;
-    // A decode step's heads (one query row each) are cheaper than waking the pool.
     let flops: usize = heads.iter().map(|h| 2 * h.q.rows() * h.k.rows() * (h.q.cols() + h.v.cols())).sum();
-    if cpu::worth_parallel(flops) {
-        heads.par_iter().map(|h| attend_plain(h, scale, causal)).collect()
-    } else {
-        heads.iter().map(|h| attend_plain(h, scale, causal)).collect()
+    on_heads(heads.len(), flops, &|i| attend_head(&heads[i], scale, causal, false))
+}
+
+/// `head(i)` for `i < n`, in order: the heads in parallel on the compute pool (where the
+/// products run, so no second pool contends with its polling workers) when `flops` is
+/// worth a region, each head's own products then on its thread alone.
+fn on_heads(n: usize, flops: usize, head: &(dyn Fn(usize) -> Matrix + Sync)) -> Vec<Matrix> {
+    if !tensor::pool::worth(flops) {
+        return (0..n).map(head).collect();
     }
+    let outs: Vec<std::sync::OnceLock<Matrix>> = (0..n).map(|_| std::sync::OnceLock::new()).collect();
+    tensor::pool::global().run(n, &|i| {
+        let _ = outs[i].set(head(i));
+    });
+    outs.into_iter().map(|o| o.into_inner().expect("every head ran")).collect()
 }
 
 /// [`attend_all`] for several sequences at once (`seqs[i]`: one sequence's heads and its
 /// causal offset), answered per sequence in order. At batched decode each sequence's heads
 /// are too little work to fork for; all of a step's heads together are not.
 pub fn attend_sequences(seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Vec<Vec<Matrix>> {
-    use rayon::prelude::*;
     let flat: Vec<(&Head<'_>, Causal)> =
         seqs.iter().flat_map(|(heads, c)| heads.iter().map(move |h| (h, *c))).collect();
     let flops: usize = flat.iter().map(|(h, _)| 2 * h.q.rows() * h.k.rows() * (h.q.cols() + h.v.cols())).sum();
-    let mut outs: Vec<Matrix> = if cpu::worth_parallel(flops) {
-        flat.par_iter().map(|(h, c)| attend_plain(h, scale, *c)).collect()
-    } else {
-        flat.iter().map(|(h, c)| attend_plain(h, scale, *c)).collect()
-    };
+    let mut outs = on_heads(flat.len(), flops, &|i| attend_head(flat[i].0, scale, flat[i].1, false));
     let mut grouped = Vec::with_capacity(seqs.len());
     for (heads, _) in seqs.iter().rev() {
         grouped.push(outs.split_off(outs.len() - heads.len()));

@@ -1,9 +1,8 @@
-//! The TEE's own CPU math: blocked GEMM (the `gemm` crate's packed SIMD kernels on rayon),
+//! The TEE's own CPU math: blocked GEMM (the `gemm` crate's packed SIMD kernels, split over
+//! the compute [`pool`](crate::pool)),
 //! the few-row product that streams a weight once, softmax, and the thresholds below which
 //! forking onto rayon's pool does not pay. The protocol and the models run on these; the
 //! untrusted CPU engine reuses them for its products.
-
-use rayon::prelude::*;
 
 use crate::{Matrix, WeightLayout};
 
@@ -38,22 +37,25 @@ pub fn worth_parallel(flops: usize) -> bool {
     flops >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1
 }
 
+/// The compute pool's own threshold ([`crate::pool::worth`]).
+use crate::pool;
+
 /// Elements from which [`extend_parallel`] splits a copy over the pool (1 MiB of f32).
 pub const PAR_COPY_MIN: usize = 1 << 18;
 
-/// `dst.extend_from_slice(src)`, in pieces of 256 KiB on rayon's pool when `src` is at
+/// `dst.extend_from_slice(src)`, in pieces of 256 KiB on the compute pool when `src` is at
 /// least [`PAR_COPY_MIN`] long: reading a large product out of a mapped read-back buffer
 /// on one core runs at ~10 GB/s (a masked B = 8 decode step reads back 44 MB of logits).
 pub fn extend_parallel(dst: &mut Vec<f32>, src: &[f32]) {
-    if src.len() < PAR_COPY_MIN || rayon::current_num_threads() < 2 {
+    if src.len() < PAR_COPY_MIN || pool::global().threads() < 2 {
         dst.extend_from_slice(src);
         return;
     }
     const PIECE: usize = 1 << 16;
     dst.reserve(src.len());
     let start = dst.len();
-    dst.spare_capacity_mut()[..src.len()].par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| {
-        d.iter_mut().zip(s).for_each(|(d, &v)| {
+    pool::global().for_chunks_mut(&mut dst.spare_capacity_mut()[..src.len()], PIECE, 1, &|first, d| {
+        d.iter_mut().zip(&src[first * PIECE..]).for_each(|(d, &v)| {
             d.write(v);
         })
     });
@@ -76,7 +78,7 @@ fn small_m(x: &Matrix, d_in: usize, d_out: usize, layout: WeightLayout, w: &[f32
         WeightLayout::OutIn => {
             const OB: usize = 32;
             let mut yt = vec![0.0f32; d_out * m];
-            yt.par_chunks_mut(OB * m).enumerate().for_each(|(c, chunk)| {
+            pool::global().for_chunks_mut(&mut yt, OB * m, 1, &|c, chunk| {
                 let o0 = c * OB;
                 let rows = chunk.len() / m;
                 outin_chunk(x.as_slice(), m, &w[o0 * d_in..(o0 + rows) * d_in], chunk);
@@ -92,15 +94,14 @@ fn small_m(x: &Matrix, d_in: usize, d_out: usize, layout: WeightLayout, w: &[f32
         WeightLayout::InOut => {
             const CB: usize = 256;
             let blocks = d_out.div_ceil(CB);
-            let parts: Vec<Vec<f32>> = (0..blocks)
-                .into_par_iter()
-                .map(|b| {
-                    let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
-                    let mut acc = vec![0.0f32; m * (c1 - c0)];
-                    inout_block(x.as_slice(), m, d_in, w, d_out, c0, c1, &mut acc);
-                    acc
-                })
-                .collect();
+            let parts: Vec<std::sync::OnceLock<Vec<f32>>> = (0..blocks).map(|_| std::sync::OnceLock::new()).collect();
+            pool::global().run(blocks, &|b| {
+                let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
+                let mut acc = vec![0.0f32; m * (c1 - c0)];
+                inout_block(x.as_slice(), m, d_in, w, d_out, c0, c1, &mut acc);
+                parts[b].set(acc).expect("each block once");
+            });
+            let parts: Vec<Vec<f32>> = parts.into_iter().map(|p| p.into_inner().expect("every block ran")).collect();
             for (b, acc) in parts.iter().enumerate() {
                 let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
                 for j in 0..m {
@@ -253,7 +254,7 @@ pub fn sgemm(
     b_strides: (usize, usize),
     c: &mut [f32],
 ) {
-    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, false);
+    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, false, true);
 }
 
 /// `c += a · b`, with the shapes and strides of [`sgemm`].
@@ -268,7 +269,7 @@ pub fn sgemm_acc(
     b_strides: (usize, usize),
     c: &mut [f32],
 ) {
-    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, true);
+    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, true, true);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -282,6 +283,7 @@ fn sgemm_impl(
     b_strides: (usize, usize),
     c: &mut [f32],
     accumulate: bool,
+    may_fork: bool,
 ) {
     assert!(c.len() >= m * n, "sgemm output too small");
     if m == 0 || n == 0 {
@@ -297,45 +299,110 @@ fn sgemm_impl(
     let max_b = (k - 1) * b_strides.0 + (n - 1) * b_strides.1;
     assert!(max_a < a.len() && max_b < b.len(), "sgemm operand too small for its strides");
     let flops = 2 * m * n * k;
-    let par = if worth_parallel(flops) {
-        gemm::Parallelism::Rayon(rayon::current_num_threads())
-    } else {
-        gemm::Parallelism::None
+    let threads = pool::global().threads();
+    let ldc = n;
+    let cp = pool::SyncPtr(c.as_mut_ptr());
+    let one = |m: usize, n: usize, a_off: usize, b_off: usize, c_off: usize| {
+        // SAFETY: the asserts above keep every index inside the slices for the whole
+        // product, so for any block of its rows or columns; `c` is exclusively borrowed,
+        // does not alias `a` or `b`, and concurrent calls write disjoint blocks of it.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                cp.get().add(c_off),
+                1,
+                ldc as isize,
+                accumulate,
+                a.as_ptr().add(a_off),
+                a_strides.1 as isize,
+                a_strides.0 as isize,
+                b.as_ptr().add(b_off),
+                b_strides.1 as isize,
+                b_strides.0 as isize,
+                if accumulate { 1.0 } else { 0.0 },
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
     };
-    // SAFETY: the asserts above keep every index the kernel touches inside the slices;
-    // `c` is exclusively borrowed and does not alias `a` or `b`.
+    if !(may_fork && pool::worth(flops) && flops >= PAR_MIN_FLOPS) {
+        one(m, n, 0, 0, 0);
+        return;
+    }
+    // Blocks of rows of C when there are enough (each task packs its own copy of B's
+    // panels, one pass over B against its rows' product), else blocks of columns.
+    if m >= threads * 16 {
+        let step = m.div_ceil(threads * 2).max(16);
+        pool::global().run(m.div_ceil(step), &|t| {
+            let (r0, r1) = (t * step, ((t + 1) * step).min(m));
+            one(r1 - r0, n, r0 * a_strides.0, 0, r0 * ldc);
+        });
+    } else {
+        let step = n.div_ceil(threads * 2).max(64);
+        pool::global().run(n.div_ceil(step), &|t| {
+            let (c0, c1) = (t * step, ((t + 1) * step).min(n));
+            one(m, c1 - c0, 0, c0 * b_strides.1, c0);
+        });
+    }
+}
+
+/// `c[i·ldc + j] = Σ_k a[i·k_len + k]·b[j·k_len + k]` (`a`: `m×k` row-major, `b`: `n×k`
+/// row-major, so the product is `a·bᵀ`) into `m` rows of `n` values `ldc` apart, on the
+/// calling thread: one task's tile of a larger product.
+///
+/// # Safety
+/// `c` is valid for writes of `(m − 1)·ldc + n` values, which no one else reads or writes.
+pub unsafe fn sgemm_into(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize) {
+    assert!(a.len() >= m * k && b.len() >= n * k && ldc >= n, "sgemm_into operands too small");
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    // SAFETY: the assert keeps the operands' reads inside `a` and `b`; the caller vouches
+    // for `c`.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c,
             1,
-            n as isize,
-            accumulate,
+            ldc as isize,
+            false,
             a.as_ptr(),
-            a_strides.1 as isize,
-            a_strides.0 as isize,
+            1,
+            k as isize,
             b.as_ptr(),
-            b_strides.1 as isize,
-            b_strides.0 as isize,
-            if accumulate { 1.0 } else { 0.0 },
+            k as isize,
+            1,
+            0.0,
             1.0,
             false,
             false,
             false,
-            par,
+            gemm::Parallelism::None,
         );
     }
 }
 
 /// `a · b` (or `a · bᵀ`) for plain matrices: the CPU's dense product, used TEE-side too.
 pub fn matmul(a: &Matrix, b: &Matrix, transpose_b: bool) -> Matrix {
+    matmul_on(a, b, transpose_b, true)
+}
+
+/// [`matmul`] on the calling thread alone when `may_fork` is false: for products that
+/// already run one per rayon task (an attention head each), where forking again inside
+/// each would only add synchronisation.
+pub fn matmul_on(a: &Matrix, b: &Matrix, transpose_b: bool, may_fork: bool) -> Matrix {
     let (k, n, bs) =
         if transpose_b { (b.cols(), b.rows(), (1, b.cols())) } else { (b.rows(), b.cols(), (b.cols(), 1)) };
     assert_eq!(a.cols(), k, "matmul inner dimensions differ");
     let mut c = Matrix::zeros(a.rows(), n);
-    sgemm(a.rows(), n, k, a.as_slice(), (a.cols(), 1), b.as_slice(), bs, c.as_mut_slice());
+    sgemm_impl(a.rows(), n, k, a.as_slice(), (a.cols(), 1), b.as_slice(), bs, c.as_mut_slice(), false, may_fork);
     c
 }
 
