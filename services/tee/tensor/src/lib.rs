@@ -7,6 +7,7 @@
 //! protocol crate draws that line.
 
 pub mod cpu;
+pub mod half;
 mod matrix;
 pub mod pool;
 pub mod quant;

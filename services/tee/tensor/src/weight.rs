@@ -10,7 +10,11 @@ use std::{
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 
-use crate::{Matrix, quant::QuantMatrix};
+use crate::{
+    Matrix,
+    half::{HalfData, HalfMatrix},
+    quant::QuantMatrix,
+};
 
 /// Name under which a public weight is registered (e.g. `blk.3.attn_qkv`).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -243,6 +247,8 @@ pub enum HostData {
     F32(Arc<[f32]>),
     /// Multiplied in int8 against activations quantized per block ([`crate::quant`]).
     Quant(QuantMatrix),
+    /// f16 or bf16, widened on the fly ([`crate::half`]).
+    Half(HalfMatrix),
 }
 
 impl HostWeight {
@@ -251,6 +257,7 @@ impl HostWeight {
         match &self.data {
             HostData::F32(w) => crate::cpu::linear(x, self.d_in, self.d_out, self.layout, w),
             HostData::Quant(q) => q.product(x),
+            HostData::Half(h) => h.product(x),
         }
     }
 }
@@ -262,7 +269,8 @@ impl HostWeight {
 /// products are the exact reference a masked product is checked against (the CPU engine).
 /// [`WeightTable::in_place`] keeps quantized weights as their blocks and multiplies them
 /// in int8 (the sealed executor): a quarter or less of the memory and of the bytes a decode
-/// step reads, at the rounding of int8 activations.
+/// step reads, at the rounding of int8 activations; and f16/bf16 weights as 16-bit values,
+/// widened exactly on the fly.
 #[derive(Default)]
 pub struct WeightTable {
     weights: RwLock<HashMap<WeightId, Arc<HostWeight>>>,
@@ -282,8 +290,12 @@ impl WeightTable {
         if table.contains_key(&id) {
             return Err(WeightError::Duplicate(id));
         }
+        let out_in = weight.layout == WeightLayout::OutIn;
+        let half = |data| HostData::Half(HalfMatrix { rows: weight.d_out, cols: weight.d_in, data });
         let data = match &weight.data {
             WeightData::Quant(q) if self.in_place => HostData::Quant(q.clone()),
+            WeightData::F16(d) if self.in_place && out_in => half(HalfData::F16(d.clone())),
+            WeightData::Bf16(d) if self.in_place && out_in => half(HalfData::Bf16(d.clone())),
             other => HostData::F32(other.to_f32()),
         };
         let held = HostWeight { d_in: weight.d_in, d_out: weight.d_out, layout: weight.layout, data };
@@ -299,7 +311,7 @@ impl WeightTable {
             .iter()
             .filter_map(|w| match &w.data {
                 HostData::Quant(q) => Some(q),
-                HostData::F32(_) => None,
+                HostData::F32(_) | HostData::Half(_) => None,
             })
             .collect();
         let mut quant_products = crate::quant::products(&quant, x).into_iter();
@@ -307,7 +319,7 @@ impl WeightTable {
             .iter()
             .map(|w| match &w.data {
                 HostData::Quant(_) => quant_products.next().expect("one product per quantized weight"),
-                HostData::F32(_) => w.product(x),
+                HostData::F32(_) | HostData::Half(_) => w.product(x),
             })
             .collect())
     }
