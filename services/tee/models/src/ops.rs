@@ -2,18 +2,26 @@
 //! residuals, head blocks, pooling. Everything here runs on plaintext inside the CVM and
 //! never reaches the engine. (RoPE, which only the decoders use, is in `decoder::rope`.)
 
-use rayon::prelude::*;
-use tensor::{Matrix, cpu::PAR_MIN_LEN};
+use tensor::{Matrix, cpu::PAR_MIN_LEN, pool};
+
+/// `f(first_row, rows)` over `x`'s rows in parallel pieces on the compute pool, the same
+/// pool the products run on (a second pool would contend with its polling workers); a
+/// decode step's few rows stay on the calling thread.
+fn for_rows(x: &mut [f32], d: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+    pool::global().for_chunks_mut(x, d.max(1), rows_per_piece(d), f);
+}
 
 /// `x ← LayerNorm(x)·w + b`, row by row.
 pub fn layer_norm(x: &mut Matrix, w: &[f32], b: &[f32], eps: f32) {
     let d = x.cols();
-    x.as_mut_slice().par_chunks_mut(d).with_min_len(rows_per_piece(d)).for_each(|row| {
-        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
-        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
-        let inv = 1.0 / (var + eps as f64).sqrt();
-        for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
-            *v = ((*v as f64 - mean) * inv) as f32 * wi + bi;
+    for_rows(x.as_mut_slice(), d, &|_, rows| {
+        for row in rows.chunks_exact_mut(d) {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+            let inv = 1.0 / (var + eps as f64).sqrt();
+            for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
+                *v = ((*v as f64 - mean) * inv) as f32 * wi + bi;
+            }
         }
     });
 }
@@ -36,40 +44,38 @@ pub fn rms_norm_row(row: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 pub fn rms_norm(x: &Matrix, w: &[f32], eps: f32) -> Matrix {
     let d = x.cols();
     let mut out = Matrix::zeros(x.rows(), d);
-    out.as_mut_slice()
-        .par_chunks_mut(d)
-        .zip(x.as_slice().par_chunks(d))
-        .with_min_len(rows_per_piece(d))
-        .for_each(|(o, r)| rms_norm_row(r, w, eps, o));
+    for_rows(out.as_mut_slice(), d, &|first, rows| {
+        for (i, o) in rows.chunks_exact_mut(d).enumerate() {
+            rms_norm_row(x.row(first + i), w, eps, o);
+        }
+    });
     out
 }
 
 /// Adds `bias` to every row.
 pub fn add_bias(x: &mut Matrix, bias: &[f32]) {
     let d = x.cols();
-    x.as_mut_slice()
-        .par_chunks_mut(d)
-        .with_min_len(rows_per_piece(d))
-        .for_each(|row| row.iter_mut().zip(bias).for_each(|(v, b)| *v += b));
+    for_rows(x.as_mut_slice(), d, &|_, rows| {
+        rows.chunks_exact_mut(d).for_each(|row| row.iter_mut().zip(bias).for_each(|(v, b)| *v += b))
+    });
 }
 
 /// `x ← x + y`.
 pub fn add_in_place(x: &mut Matrix, y: &Matrix) {
-    x.as_mut_slice().par_iter_mut().zip(y.as_slice().par_iter()).with_min_len(PAR_MIN_LEN).for_each(|(a, b)| *a += b);
+    pool::global().for_chunks_mut(x.as_mut_slice(), 1, PAR_MIN_LEN, &|first, xs| {
+        xs.iter_mut().zip(&y.as_slice()[first..]).for_each(|(a, b)| *a += b)
+    });
 }
 
-/// Exact GELU, `x·Φ(x)` (BERT's `gelu`).
+/// Exact GELU, `x·Φ(x)` (BERT's `gelu`), with the vectorized erf of [`tensor::simd::gelu`].
 pub fn gelu(x: &mut Matrix) {
-    x.as_mut_slice()
-        .par_iter_mut()
-        .with_min_len(PAR_MIN_LEN)
-        .for_each(|v| *v = 0.5 * *v * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2)));
+    pool::global().for_chunks_mut(x.as_mut_slice(), 1, PAR_MIN_LEN, &|_, xs| tensor::simd::gelu(xs));
 }
 
-/// `silu(gate) ⊙ up`, into `gate`.
+/// `silu(gate) ⊙ up`, into `gate` (the vectorized exp of [`tensor::simd::silu_mul`]).
 pub fn swiglu(gate: &mut Matrix, up: &Matrix) {
-    gate.as_mut_slice().par_iter_mut().zip(up.as_slice().par_iter()).with_min_len(PAR_MIN_LEN).for_each(|(g, &u)| {
-        *g = *g / (1.0 + (-*g).exp()) * u;
+    pool::global().for_chunks_mut(gate.as_mut_slice(), 1, PAR_MIN_LEN, &|first, g| {
+        tensor::simd::silu_mul(g, &up.as_slice()[first..])
     });
 }
 
