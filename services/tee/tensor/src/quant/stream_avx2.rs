@@ -9,7 +9,10 @@
 
 use std::arch::x86_64::*;
 
-use super::{QuantFormat, act::QuantRows};
+use super::{
+    QuantFormat,
+    act::{ActRow, QuantRows},
+};
 
 /// Horizontal sum of eight lanes.
 #[inline(always)]
@@ -136,8 +139,8 @@ unsafe fn f16x8<F: Block32>(w: *const u8, b0: usize, at: usize) -> __m256 {
 /// The last `nb % 8` blocks go one by one. (Nothing in the loops calls out: a call would
 /// spill the accumulators.)
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block32<F: Block32, const M: usize>(w: *const u8, nb: usize, x: &QuantRows, j0: usize) -> [f32; M] {
-    let rows: [_; M] = std::array::from_fn(|r| x.row(j0 + r));
+unsafe fn block32<F: Block32, const M: usize>(w: *const u8, nb: usize, acts: &[ActRow<'_>]) -> [f32; M] {
+    let rows: [ActRow<'_>; M] = std::array::from_fn(|r| acts[r]);
     // With one or two rows, two accumulator sets alternate by block so that a row's
     // multiply-adds do not wait on each other; more rows give that overlap already, and a
     // second set would no longer fit the registers.
@@ -228,9 +231,9 @@ fn mins_dot(mn: &[i16; 8], bsums: &[i16]) -> i32 {
 
 /// Q4_K (`HIGH = false`) or Q5_K (`HIGH = true`) row against activation rows in blocks of 256.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45_k<const HIGH: bool, const M: usize>(w: *const u8, nb: usize, x: &QuantRows, j0: usize) -> [f32; M] {
+unsafe fn q45_k<const HIGH: bool, const M: usize>(w: *const u8, nb: usize, acts: &[ActRow<'_>]) -> [f32; M] {
     let bytes = if HIGH { 176 } else { 144 };
-    let rows: [_; M] = std::array::from_fn(|r| x.row(j0 + r));
+    let rows: [ActRow<'_>; M] = std::array::from_fn(|r| acts[r]);
     let mut acc = [_mm256_setzero_ps(); M];
     let mut bias = [0.0f32; M];
     for i in 0..nb {
@@ -266,8 +269,8 @@ unsafe fn q45_k<const HIGH: bool, const M: usize>(w: *const u8, nb: usize, x: &Q
 
 /// Q6_K row against activation rows in blocks of 256.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k<const M: usize>(w: *const u8, nb: usize, x: &QuantRows, j0: usize) -> [f32; M] {
-    let rows: [_; M] = std::array::from_fn(|r| x.row(j0 + r));
+unsafe fn q6_k<const M: usize>(w: *const u8, nb: usize, acts: &[ActRow<'_>]) -> [f32; M] {
+    let rows: [ActRow<'_>; M] = std::array::from_fn(|r| acts[r]);
     let mut acc = [_mm256_setzero_ps(); M];
     let mut bias = [0.0f32; M];
     for i in 0..nb {
@@ -402,7 +405,7 @@ pub(crate) unsafe fn row_values(format: QuantFormat, row: &[u8], q: &mut [u8]) {
 }
 
 /// One weight row against `M` activation rows starting at `j0`.
-type RowKernel<const M: usize> = unsafe fn(*const u8, usize, &QuantRows, usize) -> [f32; M];
+type RowKernel<const M: usize> = unsafe fn(*const u8, usize, &[ActRow<'_>]) -> [f32; M];
 
 /// The kernels of `format` for 1..=4 activation rows at a time.
 #[inline(always)]
@@ -450,6 +453,8 @@ pub(crate) unsafe fn rows(
     let nb = x.cols / format.block_elements();
     let (k1, k2, k3, k4) = kernels(format);
     let m = x.rows;
+    // Every activation row's slices, made once for all the weight rows.
+    let acts: Vec<ActRow<'_>> = (0..m).map(|j| x.row(j)).collect();
     for o in rows {
         // SAFETY: the row lies inside `w` (caller); columns `o` of `out` are ours.
         unsafe {
@@ -463,10 +468,10 @@ pub(crate) unsafe fn rows(
                     }
                 };
                 match n {
-                    4 => put(&k4(wp, nb, x, j)),
-                    3 => put(&k3(wp, nb, x, j)),
-                    2 => put(&k2(wp, nb, x, j)),
-                    _ => put(&k1(wp, nb, x, j)),
+                    4 => put(&k4(wp, nb, &acts[j..])),
+                    3 => put(&k3(wp, nb, &acts[j..])),
+                    2 => put(&k2(wp, nb, &acts[j..])),
+                    _ => put(&k1(wp, nb, &acts[j..])),
                 }
                 j += n;
             }
