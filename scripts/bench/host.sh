@@ -8,7 +8,8 @@
 #
 # STAGE: models, decoders, bert, scaling, kernels (all, in this order, by default). Each is
 # idempotent: models already written are reused. Results go to DIR/results. GGUF_WHEEL,
-# LLAMA_CPP_SDIST and DISKCACHE_WHEEL name local files where PyPI is out of reach;
+# LLAMA_CPP_SDIST and DISKCACHE_WHEEL name local files where PyPI is out of reach (LLAMA_CPP_DIR a
+# llama-cpp-python built elsewhere, see lib.sh);
 # QWEN3_TOKENIZER Qwen3's tokenizer.json (default: scripts/fetch-models.sh's copy);
 # BERT_TOKENIZER a sentence-transformers folder whose tokenizer the random BERTs use
 # (default: the all-MiniLM-L6-v2 of scripts/fetch-models.sh).
@@ -63,7 +64,16 @@ for stage in "${stages[@]}"; do
           --json "$res/scaling.llama.$t.json" || true
       done
       ;;
-    kernels) "$gelo" bench kernels --shapes 6144x2048,2048x6144,151936x2048 --formats Q4_K,Q6_K,Q8_0 --rows 1,8,512 ;;
+    kernels)
+      cells=(--shapes 6144x2048,2048x6144,151936x2048 --formats Q4_K,Q6_K,Q8_0 --rows 1,8,512)
+      "$gelo" bench kernels "${cells[@]}" | tee "$res/kernels.gelo.txt"
+      # The AVX2 kernels on the same host, where a wider set was picked above.
+      GELO_ISA=avx2 "$gelo" bench kernels "${cells[@]}" | tee "$res/kernels.gelo-avx2.txt"
+      # CANDLE_PEER: scripts/bench/candle-peer built for this host (the library alternative).
+      if [ -n "${CANDLE_PEER:-}" ]; then
+        RAYON_NUM_THREADS="$threads" "$CANDLE_PEER" "${cells[@]}" | tee "$res/kernels.candle.txt"
+      fi
+      ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

@@ -4,6 +4,10 @@
 # the machine it runs on), cached in ${GELO_CACHE:-~/.cache/gelo}/peers/llama-<cpu flags
 # hash>. LLAMA_CPP_SDIST: a source archive (or wheel) to install where PyPI is out of reach.
 llama_env() {
+  # LLAMA_CPP_DIR: a llama-cpp-python installed elsewhere (pip --target), used as it is, for
+  # hosts whose toolchain builds one that crashes (seen: gcc 13.3's libllama segfaulting in
+  # model load while the same sources built by gcc 12 run there).
+  if [ -n "${LLAMA_CPP_DIR:-}" ]; then echo "$LLAMA_CPP_DIR"; return; fi
   local cache="${GELO_CACHE:-$HOME/.cache/gelo}/peers"
   local sig; sig="$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-12)"
   local dir="$cache/llama-$sig"

@@ -87,6 +87,14 @@ class Peer:
         return nxt
 
 
+def rss():
+    """VmRSS of this process in bytes (Linux)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def prefill_rate(peer, n):
     peer.clear()
     ids = prompt_ids(n, peer.vocab)
@@ -118,7 +126,9 @@ def main():
     batches = [int(b) for b in a.batch.split(",") if b]
     n_seq = max(batches + [1])
     n_ctx = max(a.prompt, (a.context + a.steps + 8)) * n_seq
+    rss_before = rss()
     peer = Peer(a.model, a.threads, n_ctx, n_seq)
+    rss_loaded = rss()
     prefill_rate(peer, min(a.prompt, 64))
     pre = statistics.median(prefill_rate(peer, a.prompt) for _ in range(a.reps))
     cells = {"prefill": pre}
@@ -128,6 +138,11 @@ def main():
     name = os.path.basename(a.model)
     for k, v in cells.items():
         print(f"| llama.cpp | {name} | {k} | {v:.1f} tok/s | {a.threads} threads |")
+    # Resident memory as gelo bench sealed reports it (llama.cpp maps the file: its pages
+    # count once touched).
+    cells.update(rss_before=rss_before, rss_loaded=rss_loaded, rss_end=rss(), file_bytes=os.path.getsize(a.model))
+    print(f"memory: file {cells['file_bytes'] / 1e6:.1f} MB, resident before load {rss_before / 1e6:.1f} MB, "
+          f"after load {rss_loaded / 1e6:.1f} MB, at end {cells['rss_end'] / 1e6:.1f} MB")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(peer="llama.cpp", llama_cpp_python=L.__version__, model=name, threads=a.threads,

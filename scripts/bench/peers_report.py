@@ -16,11 +16,16 @@ def main():
     d = Path(sys.argv[1])
     runs = defaultdict(lambda: defaultdict(list))  # (model, cell) -> runtime -> [rates]
     threads = {}
+    memory = defaultdict(lambda: defaultdict(list))  # model -> runtime -> [(added, loaded, file)]
     for f in sorted(d.glob("*.json")):
         doc = json.loads(f.read_text())
         model = f.name.split(".gelo.")[0].split(".llama.")[0].split(".peers.")[0]
         threads[model] = doc.get("threads")
         runtime = "GELO" if ".gelo." in f.name else None
+        c = doc["cells"]
+        if "rss_loaded" in c and "rss_before" in c:
+            who = "GELO" if runtime else "llama.cpp"
+            memory[model][who].append((c["rss_loaded"] - c["rss_before"], c["rss_loaded"], c.get("file_bytes", 0)))
         for cell, v in doc["cells"].items():
             if not isinstance(v, (int, float)) or cell.endswith("bytes") or cell.startswith("rss"):
                 continue
@@ -46,6 +51,17 @@ def main():
         peer_txt = ", ".join(f"{k} {v:.1f} ({rng(k)})" for k, v in sorted(peers.items()))
         ratio = med["GELO"] / max(peers.values()) if peers else float("nan")
         print(f"| {model} | {cell} | {threads.get(model)} | {med['GELO']:.1f} ({rng('GELO')}) | {peer_txt} | {ratio:.2f} |")
+    if memory:
+        print()
+        print("| model | runtime | file MB | resident after load, MB | added by the model, MB | added ÷ file |")
+        print("|---|---|---|---|---|---|")
+        for model, by in sorted(memory.items()):
+            for who, rows in sorted(by.items()):
+                added = statistics.median(r[0] for r in rows)
+                loaded = statistics.median(r[1] for r in rows)
+                file = rows[0][2]
+                print(f"| {model} | {who} | {file / 1e6:.1f} | {loaded / 1e6:.1f} | {added / 1e6:.1f} | "
+                      f"{added / file if file else float('nan'):.2f} |")
 
 
 if __name__ == "__main__":

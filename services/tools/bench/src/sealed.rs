@@ -97,6 +97,9 @@ pub fn run(a: SealedArgs) -> Result<()> {
             put(&format!("embed_{}x{}", a.texts, a.n), median(rates), "texts/s");
         }
         models::Kind::Decoder(_) => {
+            // The process before the model (binary, runtime, pool): what the model adds is
+            // the difference.
+            let (rss_before, _) = memory();
             let g = models::load_generator(&a.model, exec, &models::LoadOptions::default())?;
             let (rss_loaded, _) = memory();
             let d = &g.decoder;
@@ -138,16 +141,23 @@ pub fn run(a: SealedArgs) -> Result<()> {
             let (rss, hwm) = memory();
             let file = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
             println!(
-                "memory: file {:.1} MB, resident after load {:.1} MB, at end {:.1} MB, peak {:.1} MB, KV cache (largest batch) {:.1} MB",
+                "memory: file {:.1} MB, resident before load {:.1} MB, after load {:.1} MB (model {:.2}× the file), at end {:.1} MB, peak {:.1} MB, KV cache (largest batch) {:.1} MB",
                 file as f64 / 1e6,
+                rss_before as f64 / 1e6,
                 rss_loaded as f64 / 1e6,
+                rss_loaded.saturating_sub(rss_before) as f64 / file.max(1) as f64,
                 rss as f64 / 1e6,
                 hwm as f64 / 1e6,
                 kv_bytes as f64 / 1e6
             );
-            for (k, v) in
-                [("file_bytes", file), ("rss_loaded", rss_loaded), ("rss_peak", hwm), ("kv_bytes", kv_bytes as u64)]
-            {
+            for (k, v) in [
+                ("file_bytes", file),
+                ("rss_before", rss_before),
+                ("rss_loaded", rss_loaded),
+                ("rss_end", rss),
+                ("rss_peak", hwm),
+                ("kv_bytes", kv_bytes as u64),
+            ] {
                 cells.insert(k.into(), v.into());
             }
         }
