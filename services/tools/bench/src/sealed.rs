@@ -58,6 +58,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// `VmRSS` and `VmHWM` of this process, in bytes (Linux).
 fn memory() -> (u64, u64) {
+    let m = status_fields(&["VmRSS:", "VmHWM:"]);
+    (m[0], m[1])
+}
+
+/// Fields of `/proc/self/status` in bytes (0 where absent).
+fn status_fields(keys: &[&str]) -> Vec<u64> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |key: &str| {
         status
@@ -67,7 +73,7 @@ fn memory() -> (u64, u64) {
             .and_then(|v| v.parse::<u64>().ok())
             .map_or(0, |kb| kb * 1024)
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    keys.iter().map(|k| field(k)).collect()
 }
 
 pub fn run(a: SealedArgs) -> Result<()> {
@@ -102,6 +108,13 @@ pub fn run(a: SealedArgs) -> Result<()> {
             let (rss_before, _) = memory();
             let g = models::load_generator(&a.model, exec, &models::LoadOptions::default())?;
             let (rss_loaded, _) = memory();
+            // Heap and mapped-file pages apart: a mapped model's pages count once touched.
+            let split = status_fields(&["RssAnon:", "RssFile:"]);
+            println!(
+                "memory after load: anonymous {:.1} MB, file-backed {:.1} MB",
+                split[0] as f64 / 1e6,
+                split[1] as f64 / 1e6
+            );
             let d = &g.decoder;
             let vocab = d.cfg.vocab_size;
             let prefill = |n: usize| -> Result<f64> {
