@@ -24,6 +24,15 @@ unsafe fn hsum(v: __m256) -> f32 {
     }
 }
 
+/// Horizontal sum of four lanes.
+#[inline(always)]
+unsafe fn hsum128(s: __m128) -> f32 {
+    unsafe {
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+}
+
 /// The f16 at `p` as f32.
 #[inline(always)]
 unsafe fn f16_at(p: *const u8) -> f32 {
@@ -207,26 +216,32 @@ unsafe fn block32<F: Block32, const M: usize>(w: *const u8, nb: usize, acts: &[A
     out
 }
 
-/// Q4_K's eight 6-bit scales and mins (ggml's `get_scale_min_k4`).
+/// Q4_K's eight 6-bit scales (lanes 0..8) and mins (lanes 8..16) as 16-bit lanes, unpacked
+/// from the 12 bytes at `p` with a few 32-bit masks and shifts instead of byte by byte
+/// (ggml's `utmp` unpacking; [`super::format::scale_min_k4`] is the reference).
 #[inline(always)]
-unsafe fn k4_scales(p: *const u8) -> ([i16; 8], [i16; 8]) {
+unsafe fn k4_scales_mins(p: *const u8) -> __m256i {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let mut u = [0u32; 4];
+    // SAFETY: the caller's super-block holds 12 scale bytes at `p`.
     unsafe {
-        let s = std::slice::from_raw_parts(p, 12);
-        let mut sc = [0i16; 8];
-        let mut mn = [0i16; 8];
-        for j in 0..8 {
-            let (a, m) = super::format::scale_min_k4(j, s);
-            sc[j] = a as i16;
-            mn[j] = m as i16;
-        }
-        (sc, mn)
+        std::ptr::copy_nonoverlapping(p, u.as_mut_ptr().cast::<u8>(), 12);
     }
+    let mins_lo = u[1] & LOW6;
+    let mins_hi = ((u[2] >> 4) & LOW4) | (((u[1] >> 6) & LOW2) << 4);
+    let scales_hi = (u[2] & LOW4) | (((u[0] >> 6) & LOW2) << 4);
+    let scales_lo = u[0] & LOW6;
+    // SAFETY: AVX2 is enabled in the calling kernels.
+    unsafe { _mm256_cvtepu8_epi16(_mm_set_epi32(mins_hi as i32, mins_lo as i32, scales_hi as i32, scales_lo as i32)) }
 }
 
-/// `Σ_j m_j·(bsums[2j] + bsums[2j+1])`: the mins' share of a Q4_K/Q5_K super-block.
+/// The 16 sub-block sums of a super-block's activations, added in pairs (the 32-value
+/// sub-blocks of Q4_K/Q5_K): eight 16-bit lanes (each at most 32·127, no overflow).
 #[inline(always)]
-fn mins_dot(mn: &[i16; 8], bsums: &[i16]) -> i32 {
-    (0..8).map(|j| mn[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32)).sum()
+unsafe fn bsum_pairs(bsums: *const i16) -> __m128i {
+    unsafe { _mm_hadd_epi16(_mm_loadu_si128(bsums.cast()), _mm_loadu_si128(bsums.add(8).cast())) }
 }
 
 /// Q4_K (`HIGH = false`) or Q5_K (`HIGH = true`) row against activation rows in blocks of 256.
@@ -235,13 +250,16 @@ unsafe fn q45_k<const HIGH: bool, const M: usize>(w: *const u8, nb: usize, acts:
     let bytes = if HIGH { 176 } else { 144 };
     let rows: [ActRow<'_>; M] = std::array::from_fn(|r| acts[r]);
     let mut acc = [_mm256_setzero_ps(); M];
-    let mut bias = [0.0f32; M];
+    let mut bias = [_mm_setzero_ps(); M];
     for i in 0..nb {
         // SAFETY: as in `block32`, with super-blocks of 256.
         unsafe {
             let p = w.add(i * bytes);
             let (d, dmin) = (f16_at(p), f16_at(p.add(2)));
-            let (sc, mn) = k4_scales(p.add(4));
+            let sm = k4_scales_mins(p.add(4));
+            let mut sc = [0i16; 16];
+            _mm256_storeu_si256(sc.as_mut_ptr().cast(), sm);
+            let mins = _mm256_extracti128_si256::<1>(sm);
             let mut sumi = [_mm256_setzero_si256(); M];
             for j in 0..4 {
                 let (lo, hi) = q45k_values::<HIGH>(p, j);
@@ -256,13 +274,14 @@ unsafe fn q45_k<const HIGH: bool, const M: usize>(w: *const u8, nb: usize, acts:
             for r in 0..M {
                 let dx = *rows[r].d.get_unchecked(i);
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-                bias[r] += dmin * dx * mins_dot(&mn, &rows[r].bsums[16 * i..16 * i + 16]) as f32;
+                let m = _mm_madd_epi16(mins, bsum_pairs(rows[r].bsums.as_ptr().add(16 * i)));
+                bias[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * dx), _mm_cvtepi32_ps(m), bias[r]);
             }
         }
     }
     let mut out = [0.0f32; M];
     for r in 0..M {
-        out[r] = unsafe { hsum(acc[r]) } - bias[r];
+        out[r] = unsafe { hsum(acc[r]) - hsum128(bias[r]) };
     }
     out
 }
@@ -272,13 +291,14 @@ unsafe fn q45_k<const HIGH: bool, const M: usize>(w: *const u8, nb: usize, acts:
 unsafe fn q6_k<const M: usize>(w: *const u8, nb: usize, acts: &[ActRow<'_>]) -> [f32; M] {
     let rows: [ActRow<'_>; M] = std::array::from_fn(|r| acts[r]);
     let mut acc = [_mm256_setzero_ps(); M];
-    let mut bias = [0.0f32; M];
+    let mut bias = [_mm256_setzero_ps(); M];
     for i in 0..nb {
         // SAFETY: as in `block32`, with super-blocks of 256.
         unsafe {
             let p = w.add(i * 210);
             let d = f16_at(p.add(208));
             let sc: [i8; 16] = p.add(192).cast::<[i8; 16]>().read_unaligned();
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192).cast()));
             let mut sumi = [_mm256_setzero_si256(); M];
             for h in 0..2 {
                 let q = q6k_values(p, h);
@@ -294,15 +314,15 @@ unsafe fn q6_k<const M: usize>(w: *const u8, nb: usize, acts: &[ActRow<'_>]) -> 
             for r in 0..M {
                 let dx = *rows[r].d.get_unchecked(i);
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-                let bs = &rows[r].bsums[16 * i..16 * i + 16];
-                let off: i32 = (0..16).map(|k| sc[k] as i32 * bs[k] as i32).sum();
-                bias[r] += 32.0 * d * dx * off as f32;
+                let bs = _mm256_loadu_si256(rows[r].bsums.as_ptr().add(16 * i).cast());
+                let off = _mm256_cvtepi32_ps(_mm256_madd_epi16(sc16, bs));
+                bias[r] = _mm256_fmadd_ps(_mm256_set1_ps(32.0 * d * dx), off, bias[r]);
             }
         }
     }
     let mut out = [0.0f32; M];
     for r in 0..M {
-        out[r] = unsafe { hsum(acc[r]) } - bias[r];
+        out[r] = unsafe { hsum(_mm256_sub_ps(acc[r], bias[r])) };
     }
     out
 }
