@@ -353,13 +353,7 @@ fn decode(
     let mut next: Vec<u32> = (0..b).map(|r| argmax(logits.row(r))).collect();
     let ttft = t.elapsed().as_secs_f64();
     let mark = side.mark();
-    for _ in 0..steps {
-        let mut refs: Vec<_> = caches.iter_mut().collect();
-        let feed: Vec<[u32; 1]> = next.iter().map(|&x| [x]).collect();
-        let slices: Vec<&[u32]> = feed.iter().map(|f| f.as_slice()).collect();
-        let logits = d.step(&mut refs, &slices)?;
-        next = (0..b).map(|r| argmax(logits.row(r))).collect();
-    }
+    greedy_steps(d, &mut caches, &mut next, steps)?;
     Ok((side.since(&mark), ttft))
 }
 
@@ -465,6 +459,24 @@ fn decode_table(
             median(ttm),
             shares(&sp, &sm)
         );
+    }
+    Ok(())
+}
+
+/// `steps` batched greedy decode steps of the sequences in `caches`, fed `next` (one token
+/// each) and left holding the tokens the last step chose.
+pub(crate) fn greedy_steps(
+    d: &models::decoder::Decoder,
+    caches: &mut [models::decoder::KvCache],
+    next: &mut Vec<u32>,
+    steps: usize,
+) -> Result<()> {
+    for _ in 0..steps {
+        let mut refs: Vec<_> = caches.iter_mut().collect();
+        let feed: Vec<[u32; 1]> = next.iter().map(|&x| [x]).collect();
+        let slices: Vec<&[u32]> = feed.iter().map(|f| f.as_slice()).collect();
+        let logits = d.step(&mut refs, &slices)?;
+        *next = (0..caches.len()).map(|r| argmax(logits.row(r))).collect();
     }
     Ok(())
 }

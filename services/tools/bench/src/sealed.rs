@@ -137,13 +137,7 @@ pub fn run(a: SealedArgs) -> Result<()> {
                         next.push(argmax(d.logits(&last)?.row(0)));
                     }
                     let t = Instant::now();
-                    for _ in 0..steps {
-                        let mut refs: Vec<_> = caches.iter_mut().collect();
-                        let feed: Vec<[u32; 1]> = next.iter().map(|&x| [x]).collect();
-                        let slices: Vec<&[u32]> = feed.iter().map(|f| f.as_slice()).collect();
-                        let logits = d.step(&mut refs, &slices)?;
-                        next = (0..b).map(|r| argmax(logits.row(r))).collect();
-                    }
+                    crate::model::greedy_steps(d, &mut caches, &mut next, steps)?;
                     *kv = (*kv).max(caches.iter().map(|c| c.bytes()).sum());
                     Ok((b * steps) as f64 / t.elapsed().as_secs_f64())
                 };
