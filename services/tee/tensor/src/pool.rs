@@ -112,8 +112,9 @@ impl Pool {
             return;
         };
         let s = &*self.shared;
-        // SAFETY (lifetime erasure): the job is removed and every worker has left the
-        // region (`active == 0`) before this function returns, so `f` outlives its uses.
+        // SAFETY (lifetime erasure): before this function returns the job is closed (no
+        // worker joins it after) and every worker that joined has left (`active == 0`), so
+        // `f` outlives its uses.
         let f: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
         let job = Arc::new(Job { f, tasks, closed: AtomicBool::new(false) });
         s.next.store(0, Ordering::Relaxed);
