@@ -79,6 +79,11 @@ fn parse() -> Cli {
 }
 
 fn main() -> anyhow::Result<()> {
+    // A model's load frees its conversion buffers in one burst; mimalloc returns freed
+    // pages only after a delay and while other frees happen, so a loaded model's process
+    // would keep them resident (measured: SmolLM2 1.57× its file instead of 1.1×).
+    // SAFETY: mi_collect only purges the allocator's own free pages.
+    tensor::memory::set_release(|| unsafe { libmimalloc_sys::mi_collect(true) });
     // A model service may export traces (its configuration says where); everything else
     // only logs.
     let (role, args) = match parse().command {

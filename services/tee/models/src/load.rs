@@ -139,6 +139,10 @@ impl ModelFiles {
 
 /// Loads an embedder (BERT, or a decoder with last-token pooling).
 pub fn load_embedder(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -> Result<Box<dyn Embedder>> {
+    after_load(embedder(path, exec, opts))
+}
+
+fn embedder(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -> Result<Box<dyn Embedder>> {
     let files = ModelFiles::inspect(path, opts.expected_identity.as_ref())?;
     match &files.kind {
         Kind::Bert { .. } => {
@@ -165,6 +169,10 @@ pub fn load_embedder(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -
 
 /// Loads a reranker: a BERT cross-encoder, or a decoder LLM scoring yes/no.
 pub fn load_reranker(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -> Result<Box<dyn Reranker>> {
+    after_load(reranker(path, exec, opts))
+}
+
+fn reranker(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -> Result<Box<dyn Reranker>> {
     let files = ModelFiles::inspect(path, opts.expected_identity.as_ref())?;
     match &files.kind {
         Kind::Bert { classifier: true } => {
@@ -203,6 +211,10 @@ pub fn load_reranker(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -
 
 /// Loads a generator (decoder LLM).
 pub fn load_generator(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -> Result<TextGenerator> {
+    after_load(generator(path, exec, opts))
+}
+
+fn generator(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) -> Result<TextGenerator> {
     let files = ModelFiles::inspect(path, opts.expected_identity.as_ref())?;
     let tokenizer = files.tokenizer()?;
     let (mut decoder, _) = files.decoder(exec)?;
@@ -213,4 +225,12 @@ pub fn load_generator(path: &Path, exec: Arc<dyn Executor>, opts: &LoadOptions) 
         decoder.set_decode_groups(groups);
     }
     Ok(TextGenerator { decoder, tokenizer, identity: files.identity })
+}
+
+/// A load frees its conversion buffers (the checkpoint's tensors, often the model's size
+/// again) in one burst once it returns; the process's allocator is asked to hand them back
+/// ([`tensor::memory::release_freed`]) instead of holding them as resident memory.
+fn after_load<T>(loaded: T) -> T {
+    tensor::memory::release_freed();
+    loaded
 }

@@ -9,6 +9,7 @@
 pub mod cpu;
 pub mod half;
 mod matrix;
+pub mod memory;
 pub mod pool;
 pub mod quant;
 pub mod simd;
