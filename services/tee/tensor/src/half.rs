@@ -30,7 +30,7 @@ pub struct HalfMatrix {
 const TILE_ROWS: usize = 64;
 
 impl HalfMatrix {
-    /// Row `r` widened into `out`.
+    /// Rows `r0..r0 + n` widened into `out`.
     fn widen_rows(&self, r0: usize, n: usize, out: &mut [f32]) {
         let span = r0 * self.cols..(r0 + n) * self.cols;
         match &self.data {

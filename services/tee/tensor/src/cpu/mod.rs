@@ -4,7 +4,7 @@
 //! forking onto rayon's pool does not pay. The protocol and the models run on these; the
 //! untrusted CPU engine reuses them for its products.
 
-use crate::{Matrix, WeightLayout};
+use crate::{Matrix, WeightLayout, pool};
 
 /// `x · W` for a public weight of shape `(d_in, d_out)` held as f32 in `layout`: few rows
 /// stream the weight once ([`SMALL_M`]), more go through the blocked GEMM.
@@ -36,9 +36,6 @@ pub const PAR_MIN_LEN: usize = 1 << 15;
 pub fn worth_parallel(flops: usize) -> bool {
     flops >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1
 }
-
-/// The compute pool's own threshold ([`crate::pool::worth`]).
-use crate::pool;
 
 /// Elements from which [`extend_parallel`] splits a copy over the pool (1 MiB of f32).
 pub const PAR_COPY_MIN: usize = 1 << 18;
@@ -307,27 +304,13 @@ fn sgemm_impl(
         // product, so for any block of its rows or columns; `c` is exclusively borrowed,
         // does not alias `a` or `b`, and concurrent calls write disjoint blocks of it.
         unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                cp.get().add(c_off),
-                1,
-                ldc as isize,
+            gemm_block(
+                (m, n, k),
+                (cp.get().add(c_off), ldc),
                 accumulate,
-                a.as_ptr().add(a_off),
-                a_strides.1 as isize,
-                a_strides.0 as isize,
-                b.as_ptr().add(b_off),
-                b_strides.1 as isize,
-                b_strides.0 as isize,
-                if accumulate { 1.0 } else { 0.0 },
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
+                (a.as_ptr().add(a_off), a_strides),
+                (b.as_ptr().add(b_off), b_strides),
+            )
         }
     };
     if !(may_fork && pool::worth(flops) && flops >= PAR_MIN_FLOPS) {
@@ -364,6 +347,23 @@ pub unsafe fn sgemm_into(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: 
     }
     // SAFETY: the assert keeps the operands' reads inside `a` and `b`; the caller vouches
     // for `c`.
+    unsafe { gemm_block((m, n, k), (c, ldc), false, (a.as_ptr(), (k, 1)), (b.as_ptr(), (1, k))) }
+}
+
+/// One single-threaded `gemm` call: `c (+)= a · b` for an `m×k` by `k×n` product whose
+/// operands are read at `(row stride, column stride)` and whose output rows are `ldc` apart.
+///
+/// # Safety
+/// Every element the strides reach lies inside its allocation; `c`'s block is written by no
+/// one else and aliases neither operand.
+unsafe fn gemm_block(
+    (m, n, k): (usize, usize, usize),
+    (c, ldc): (*mut f32, usize),
+    accumulate: bool,
+    (a, a_strides): (*const f32, (usize, usize)),
+    (b, b_strides): (*const f32, (usize, usize)),
+) {
+    // SAFETY: as promised by the caller.
     unsafe {
         gemm::gemm(
             m,
@@ -372,14 +372,14 @@ pub unsafe fn sgemm_into(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: 
             c,
             1,
             ldc as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            k as isize,
-            1,
-            0.0,
+            accumulate,
+            a,
+            a_strides.1 as isize,
+            a_strides.0 as isize,
+            b,
+            b_strides.1 as isize,
+            b_strides.0 as isize,
+            if accumulate { 1.0 } else { 0.0 },
             1.0,
             false,
             false,
