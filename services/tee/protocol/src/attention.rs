@@ -87,11 +87,7 @@ fn on_heads(n: usize, flops: usize, head: &(dyn Fn(usize) -> Matrix + Sync)) -> 
     if !tensor::pool::worth(flops) {
         return (0..n).map(head).collect();
     }
-    let outs: Vec<std::sync::OnceLock<Matrix>> = (0..n).map(|_| std::sync::OnceLock::new()).collect();
-    tensor::pool::global().run(n, &|i| {
-        let _ = outs[i].set(head(i));
-    });
-    outs.into_iter().map(|o| o.into_inner().expect("every head ran")).collect()
+    tensor::pool::global().map(n, head)
 }
 
 /// [`attend_all`] for several sequences at once (`seqs[i]`: one sequence's heads and its

@@ -155,6 +155,15 @@ impl Pool {
 }
 
 impl Pool {
+    /// `f(i)` for every `i < n`, on the pool, collected in order.
+    pub fn map<T: Send + Sync>(&self, n: usize, f: &(dyn Fn(usize) -> T + Sync)) -> Vec<T> {
+        let outs: Vec<OnceLock<T>> = (0..n).map(|_| OnceLock::new()).collect();
+        self.run(n, &|i| {
+            let _ = outs[i].set(f(i));
+        });
+        outs.into_iter().map(|o| o.into_inner().expect("every task runs once")).collect()
+    }
+
     /// Runs `f(first, chunk)` over `data` cut into chunks of whole `unit`s (rows of a
     /// matrix), each at least `min_units` long (`first` the chunk's first unit): a parallel
     /// pass over a buffer. Below two chunks' worth it runs on the caller alone.
@@ -342,6 +351,14 @@ mod tests {
             .collect();
         handles.into_iter().for_each(|h| h.join().unwrap());
         assert_eq!(total.load(Ordering::Relaxed), 4 * 50 * 4 * 3);
+    }
+
+    #[test]
+    fn map_collects_in_task_order() {
+        let pool = Pool::new(3);
+        for n in [0, 1, 5, 64] {
+            assert_eq!(pool.map(n, &|i| i * i), (0..n).map(|i| i * i).collect::<Vec<_>>(), "{n} tasks");
+        }
     }
 
     #[test]

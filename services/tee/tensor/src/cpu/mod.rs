@@ -91,14 +91,12 @@ fn small_m(x: &Matrix, d_in: usize, d_out: usize, layout: WeightLayout, w: &[f32
         WeightLayout::InOut => {
             const CB: usize = 256;
             let blocks = d_out.div_ceil(CB);
-            let parts: Vec<std::sync::OnceLock<Vec<f32>>> = (0..blocks).map(|_| std::sync::OnceLock::new()).collect();
-            pool::global().run(blocks, &|b| {
+            let parts = pool::global().map(blocks, &|b| {
                 let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
                 let mut acc = vec![0.0f32; m * (c1 - c0)];
                 inout_block(x.as_slice(), m, d_in, w, d_out, c0, c1, &mut acc);
-                parts[b].set(acc).expect("each block once");
+                acc
             });
-            let parts: Vec<Vec<f32>> = parts.into_iter().map(|p| p.into_inner().expect("every block ran")).collect();
             for (b, acc) in parts.iter().enumerate() {
                 let (c0, c1) = (b * CB, ((b + 1) * CB).min(d_out));
                 for j in 0..m {
