@@ -2,17 +2,24 @@
 //! SIMD kernels, through the TEE's own [`tensor::cpu`] math). It is the parity baseline for
 //! every GPU engine and the engine of CI.
 
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+};
+
 use protocol::{
-    Engine, EngineError, EngineInfo, Masked, Registered,
+    Engine, EngineError, EngineInfo, Masked, Registered, RingMasked,
     engine::{check_operand, dynamic_shape},
 };
 use rayon::prelude::*;
-use tensor::{Matrix, Precision, Weight, WeightId, WeightTable, cpu};
+use tensor::{Matrix, Precision, Weight, WeightId, WeightTable, cpu, ring::RingWeight};
 
 /// Untrusted engine on the host CPU.
 #[derive(Default)]
 pub struct CpuEngine {
     weights: WeightTable,
+    /// int8 weights for the ring products of the `dual-lpn` protection.
+    ring: RwLock<HashMap<WeightId, Arc<RingWeight>>>,
 }
 
 impl CpuEngine {
@@ -32,7 +39,40 @@ impl Engine for CpuEngine {
     }
 
     fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
+        if self.ring.write().expect("ring table poisoned").remove(id).is_some() {
+            return Ok(());
+        }
         Ok(self.weights.remove(id)?)
+    }
+
+    fn register_ring(&self, id: WeightId, weight: Arc<RingWeight>) -> Result<(), EngineError> {
+        let mut ring = self.ring.write().expect("ring table poisoned");
+        if ring.contains_key(&id) {
+            return Err(EngineError::DuplicateWeight(id));
+        }
+        ring.insert(id, weight);
+        Ok(())
+    }
+
+    fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
+        let ring = self.ring.read().expect("ring table poisoned");
+        let weights = ids
+            .iter()
+            .map(|id| ring.get(id).cloned().ok_or_else(|| EngineError::UnknownWeight(id.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        drop(ring);
+        if x.rows() == 0 || x.cols() == 0 {
+            return Err(EngineError::Empty("ring_matmul"));
+        }
+        for w in &weights {
+            if x.cols() != w.d_in {
+                return Err(EngineError::Shape {
+                    op: "ring_matmul",
+                    detail: format!("operand has {} columns, weight expects {}", x.cols(), w.d_in),
+                });
+            }
+        }
+        Ok(weights.iter().map(|w| w.product(x.as_slice(), x.rows())).collect())
     }
 
     fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {

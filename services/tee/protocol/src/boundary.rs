@@ -46,6 +46,40 @@ impl std::fmt::Debug for Masked {
     }
 }
 
+/// A row-major operand over `Z_{2^32}` for the engine's ring products: int8 activations
+/// plus a dual-LPN mask (`x + e·H`), or the public code `H` itself. Only this crate makes
+/// one, like [`Masked`].
+pub struct RingMasked {
+    rows: usize,
+    cols: usize,
+    data: Vec<u32>,
+}
+
+impl RingMasked {
+    pub(crate) fn new(rows: usize, cols: usize, data: Vec<u32>) -> Self {
+        assert_eq!(data.len(), rows * cols, "ring operand shape");
+        RingMasked { rows, cols, data }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn as_slice(&self) -> &[u32] {
+        &self.data
+    }
+}
+
+impl std::fmt::Debug for RingMasked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RingMasked({}x{})", self.rows, self.cols)
+    }
+}
+
 /// Ways around the boundary. Each use is a deliberate opt-out of confidentiality.
 pub mod danger {
     use super::*;
@@ -55,5 +89,10 @@ pub mod danger {
     /// may call this.
     pub fn expose_plaintext(m: Matrix) -> Masked {
         Masked(m)
+    }
+
+    /// Sends a plaintext ring operand to the engine (engine tests and benchmarks only).
+    pub fn expose_ring(rows: usize, cols: usize, data: Vec<u32>) -> RingMasked {
+        RingMasked::new(rows, cols, data)
     }
 }

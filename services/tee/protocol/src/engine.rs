@@ -6,9 +6,9 @@
 //! in `kernels/`, outside the TEE's code: they depend on this contract, never the reverse.
 
 use serde::{Deserialize, Serialize};
-use tensor::{Matrix, MatrixView, Precision, Weight, WeightError, WeightId};
+use tensor::{Matrix, MatrixView, Precision, Weight, WeightError, WeightId, ring::RingWeight};
 
-use crate::Masked;
+use crate::{Masked, RingMasked};
 
 /// What an engine did with a registered weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +64,8 @@ pub enum EngineError {
     DeviceLost(String),
     #[error("engine backend error: {0}")]
     Backend(String),
+    #[error("this engine does not compute {0}")]
+    Unsupported(&'static str),
 }
 
 /// The untrusted device. Implementations must be safe to call from many threads at once.
@@ -124,6 +126,19 @@ pub trait Engine: Send + Sync {
         vec![0.0; len]
     }
 
+    /// Registers an int8 weight for ring products (the `dual-lpn` protection). Engines
+    /// without integer products refuse with [`EngineError::Unsupported`].
+    fn register_ring(&self, id: WeightId, weight: std::sync::Arc<RingWeight>) -> Result<(), EngineError> {
+        let _ = (id, weight);
+        Err(EngineError::Unsupported("ring products"))
+    }
+
+    /// `x · W_q mod 2^32` for every id, row-major, one vector per id.
+    fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
+        let _ = (x, ids);
+        Err(EngineError::Unsupported("ring products"))
+    }
+
     /// Hands back the buffer of an operand or result the caller is done with, for reuse
     /// by later calls. Only masked data (what the engine saw anyway) may be recycled.
     fn recycle(&self, buf: Vec<f32>) {
@@ -176,6 +191,14 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
 
     fn buffer(&self, len: usize) -> Vec<f32> {
         (**self).buffer(len)
+    }
+
+    fn register_ring(&self, id: WeightId, weight: std::sync::Arc<RingWeight>) -> Result<(), EngineError> {
+        (**self).register_ring(id, weight)
+    }
+
+    fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
+        (**self).ring_matmul_many(x, ids)
     }
 
     fn recycle(&self, buf: Vec<f32>) {

@@ -24,12 +24,13 @@ pub mod mask;
 pub mod shield;
 pub mod verify;
 
-pub use boundary::{Masked, danger};
+pub use boundary::{Masked, RingMasked, danger};
 pub use engine::{Engine, EngineError, EngineInfo, Registered};
 pub use error::ProtocolError;
 pub use executor::{
-    AttentionConfig, DecodeMasks, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass, PlaintextExecutor,
-    Protection, ProtocolSeconds, Scheme, SealedExecutor,
+    AttentionConfig, DecodeMasks, DualLpnConfig, DualLpnCounts, DualLpnExecutor, Executor, IntegrityStatus,
+    MaskedConfig, MaskedExecutor, Pass, PlaintextExecutor, Protection, ProtocolSeconds, Scheme, SealedExecutor,
+    noise_weight,
 };
 pub use mask::MaskKind;
 pub use shield::ShieldConfig;

@@ -12,6 +12,7 @@ mod matrix;
 pub mod memory;
 pub mod pool;
 pub mod quant;
+pub mod ring;
 pub mod simd;
 pub mod weight;
 

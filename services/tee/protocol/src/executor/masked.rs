@@ -315,7 +315,7 @@ impl Executor for MaskedExecutor {
     }
 
     fn scheme(&self) -> Scheme {
-        Scheme { executor: "masked".into(), masked: Some(self.cfg), engine: self.engine.info() }
+        Scheme { executor: "masked".into(), masked: Some(self.cfg), lpn: None, engine: self.engine.info() }
     }
 
     fn integrity(&self) -> IntegrityStatus {

@@ -4,18 +4,20 @@
 //! attested [`Scheme`], [`IntegrityStatus`] and the input checks every pass makes. The
 //! executors live beside it: [`PlaintextExecutor`] (the parity baseline) in `plaintext`,
 //! [`SealedExecutor`] and [`Protection`] in `sealed`, [`MaskedExecutor`] and its
-//! [`MaskedConfig`] in `masked`.
+//! [`MaskedConfig`] in `masked`, [`DualLpnExecutor`] in `lpn`.
 
 use tensor::{Matrix, Weight, WeightId};
 
 use crate::EngineInfo;
 use serde::{Deserialize, Serialize};
 
+mod lpn;
 mod masked;
 mod plaintext;
 mod sealed;
 #[cfg(test)]
 mod test_engine;
+pub use lpn::{DualLpnConfig, DualLpnCounts, DualLpnExecutor, noise_weight};
 pub use masked::{AttentionConfig, DecodeMasks, MaskedConfig, MaskedExecutor, ProtocolSeconds};
 pub use plaintext::PlaintextExecutor;
 pub use sealed::{Protection, SealedExecutor};
@@ -28,9 +30,12 @@ use crate::{
 /// What an executor does, as the attestation's `scheme_identity` commits to it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Scheme {
-    /// `plaintext` or `masked`.
+    /// `plaintext`, `sealed`, `masked` or `dual-lpn`.
     pub executor: String,
     pub masked: Option<MaskedConfig>,
+    /// The dual-LPN scheme's settings (absent from the JSON of every other executor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lpn: Option<DualLpnConfig>,
     pub engine: EngineInfo,
 }
 

@@ -78,7 +78,7 @@ impl Executor for PlaintextExecutor {
     }
 
     fn scheme(&self) -> Scheme {
-        Scheme { executor: "plaintext".into(), masked: None, engine: self.engine_info() }
+        Scheme { executor: "plaintext".into(), masked: None, lpn: None, engine: self.engine_info() }
     }
 
     fn integrity(&self) -> IntegrityStatus {

@@ -12,7 +12,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tensor::{Weight, WeightId};
 
-use super::{Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass, PlaintextExecutor, Scheme};
+use super::{
+    DualLpnConfig, DualLpnExecutor, Executor, IntegrityStatus, MaskedConfig, MaskedExecutor, Pass, PlaintextExecutor,
+    Scheme,
+};
 use crate::{Engine, error::Result};
 
 /// Runs every product on the host CPU, inside the TEE's address space.
@@ -45,7 +48,7 @@ impl Executor for SealedExecutor {
     }
 
     fn scheme(&self) -> Scheme {
-        Scheme { executor: "sealed".into(), masked: None, engine: self.inner.engine_info() }
+        Scheme { executor: "sealed".into(), masked: None, lpn: None, engine: self.inner.engine_info() }
     }
 
     fn integrity(&self) -> IntegrityStatus {
@@ -65,6 +68,10 @@ pub enum Protection {
     /// Every product on the engine as `U = A·[H; S]` (the [`MaskedExecutor`]): weaker, the
     /// engine can read prompt tokens from the operands' row space and Gram.
     Masked,
+    /// Every linear on the engine as an int8 product over `Z_{2^32}` under a dual-LPN mask
+    /// (the [`DualLpnExecutor`]): hidden from the engine under dual LPN, but the table rows
+    /// the TEE reads reveal the mask to a hypervisor that traces its page accesses.
+    DualLpn,
 }
 
 impl Protection {
@@ -72,6 +79,7 @@ impl Protection {
         match self {
             Protection::Sealed => "sealed",
             Protection::Masked => "masked",
+            Protection::DualLpn => "dual-lpn",
         }
     }
 
@@ -81,6 +89,7 @@ impl Protection {
         Ok(match self {
             Protection::Sealed => Arc::new(SealedExecutor::new()),
             Protection::Masked => Arc::new(MaskedExecutor::new(engine, masked)?),
+            Protection::DualLpn => Arc::new(DualLpnExecutor::new(engine, DualLpnConfig::default())?),
         })
     }
 }
@@ -91,7 +100,8 @@ impl std::str::FromStr for Protection {
         match s.to_ascii_lowercase().as_str() {
             "sealed" => Ok(Protection::Sealed),
             "masked" => Ok(Protection::Masked),
-            other => Err(format!("unknown protection `{other}` (sealed, masked)")),
+            "dual-lpn" => Ok(Protection::DualLpn),
+            other => Err(format!("unknown protection `{other}` (sealed, masked, dual-lpn)")),
         }
     }
 }

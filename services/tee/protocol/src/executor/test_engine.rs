@@ -2,15 +2,20 @@
 //! and kernels the sealed executor uses. The CPU engine of `kernels/` depends on this
 //! crate, so unit tests here cannot use it; integration tests under `tests/` do.
 
-use tensor::{Matrix, Weight, WeightId, WeightTable, cpu};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use tensor::{Matrix, Weight, WeightId, WeightTable, cpu, ring::RingWeight};
 
 use crate::{
-    Engine, EngineError, EngineInfo, Masked, Registered,
+    Engine, EngineError, EngineInfo, Masked, Registered, RingMasked,
     engine::{check_operand, dynamic_shape},
 };
 
 #[derive(Default)]
-pub(crate) struct HostEngine(WeightTable);
+pub(crate) struct HostEngine(WeightTable, Mutex<HashMap<WeightId, Arc<RingWeight>>>);
 
 impl Engine for HostEngine {
     fn info(&self) -> EngineInfo {
@@ -23,7 +28,25 @@ impl Engine for HostEngine {
     }
 
     fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
+        if self.1.lock().unwrap().remove(id).is_some() {
+            return Ok(());
+        }
         Ok(self.0.remove(id)?)
+    }
+
+    fn register_ring(&self, id: WeightId, weight: Arc<RingWeight>) -> Result<(), EngineError> {
+        self.1.lock().unwrap().insert(id, weight);
+        Ok(())
+    }
+
+    fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
+        let ring = self.1.lock().unwrap();
+        ids.iter()
+            .map(|id| {
+                let w = ring.get(id).ok_or_else(|| EngineError::UnknownWeight(id.clone()))?;
+                Ok(w.product(x.as_slice(), x.rows()))
+            })
+            .collect()
     }
 
     fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {
