@@ -80,8 +80,19 @@ def bench(model_dir: Path, threads, texts, n, reps):
 
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "bert.onnx")
+            class Hidden(torch.nn.Module):
+                """The encoder called by keyword: newer transformers' positional order
+                (`use_cache` among them) no longer matches the exporter's arguments."""
+
+                def __init__(self, inner):
+                    super().__init__()
+                    self.inner = inner
+
+                def forward(self, input_ids, attention_mask):
+                    return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
             with torch.inference_mode():
-                torch.onnx.export(model, (ids[:1], mask[:1]), path, input_names=["input_ids", "attention_mask"],
+                torch.onnx.export(Hidden(model), (ids[:1], mask[:1]), path, input_names=["input_ids", "attention_mask"],
                                   output_names=["last_hidden_state"], opset_version=17, dynamo=False,
                                   dynamic_axes={"input_ids": {0: "b", 1: "n"}, "attention_mask": {0: "b", 1: "n"},
                                                 "last_hidden_state": {0: "b", 1: "n"}})

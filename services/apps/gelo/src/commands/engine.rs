@@ -19,8 +19,11 @@ use super::config::{ConfigFile, checked, sources};
 #[serde(rename_all = "kebab-case")]
 pub struct ProtocolFlags {
     /// Protection of a service's requests: `sealed` (products on the TEE's CPU, the engine
-    /// sees nothing) or `masked` (products on the engine under GELO masks; measurably
-    /// weaker, see docs/SECURITY.md).
+    /// sees nothing), `masked` (products on the engine under GELO masks; measurably
+    /// weaker, see docs/SECURITY.md) or `dual-lpn` (int8 products on the engine under
+    /// dual-LPN masks: hidden from the engine under that assumption, not from a hypervisor
+    /// tracing the TEE's page accesses; see docs/SECURITY.md). A tool given it runs that
+    /// protection's executor.
     #[arg(long, value_parser = checked::<Protection>)]
     pub protection: Option<String>,
     /// Untrusted engine: `cpu`, `vulkan`, `vulkan:N` (adapter index) or `vulkan:NAME`.
@@ -51,9 +54,9 @@ pub struct ProtocolFlags {
     pub engine_recycle_mib: Option<usize>,
 }
 
-/// A tool's engine and protocol flags, with an explicit `--masked` (tools default to the
-/// plaintext baseline so a plain/masked pair of runs is two commands; `--protection` is not
-/// read by them).
+/// A tool's engine and protocol flags. Without `--protection` a tool runs the plaintext
+/// baseline on its engine (or, with `--masked`, the masked scheme), so a plain/masked pair
+/// of runs is two commands; with it, the executor a service of that protection builds.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ExecArgs {
     #[command(flatten)]
@@ -78,6 +81,12 @@ impl ExecArgs {
     pub fn executor_for(&self, cfg: &ProtocolConfig) -> Result<Arc<dyn Executor>> {
         let engine = open_engine(cfg)?;
         tracing::info!(engine = %engine.info().device, masked = self.masked, "engine ready");
+        if self.protocol.protection.is_some() {
+            if self.masked && cfg.protection != Protection::Masked {
+                anyhow::bail!("--masked contradicts --protection {}", cfg.protection.as_str());
+            }
+            return Ok(cfg.protection.executor(engine, cfg.masked_config())?);
+        }
         Ok(if self.masked {
             Arc::new(MaskedExecutor::new(engine, cfg.masked_config())?)
         } else {
@@ -123,6 +132,20 @@ mod tests {
         assert_eq!(cfg.decode_masks, DecodeMasks::Shared);
         assert_eq!((cfg.verify_probes, cfg.engine_recycle_mib), (2, 1024), "defaults");
         assert_eq!(resolve(&[], &[]).unwrap(), ProtocolConfig::default());
+    }
+
+    #[test]
+    fn a_tool_given_a_protection_runs_that_protections_executor() {
+        let exec = |args: &[&str]| {
+            let tool = Tool::try_parse_from(std::iter::once("tool").chain(args.iter().copied())).unwrap();
+            tool.exec.executor().map(|e| e.scheme().executor)
+        };
+        assert_eq!(exec(&[]).unwrap(), "plaintext");
+        assert_eq!(exec(&["--masked"]).unwrap(), "masked");
+        assert_eq!(exec(&["--protection", "sealed"]).unwrap(), "sealed");
+        assert_eq!(exec(&["--protection", "dual-lpn"]).unwrap(), "dual-lpn");
+        assert_eq!(exec(&["--protection", "masked", "--masked"]).unwrap(), "masked");
+        assert!(exec(&["--protection", "sealed", "--masked"]).is_err(), "contradictory flags");
     }
 
     #[test]

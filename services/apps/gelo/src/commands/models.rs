@@ -188,6 +188,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
             "corpus_seconds": s.corpus_seconds,
             "query_seconds": s.query_seconds,
             "masked": a.exec.masked,
+            "protection": a.exec.protocol.protection,
             "engine": protocol.engine,
         })
     );

@@ -56,6 +56,30 @@ fn minilm_masked_equals_plain_and_batched_equals_single() {
     }
 }
 
+/// The dual-LPN protection returns the quantized plaintext path's embeddings bit for bit,
+/// and that path stays close to f32 (its retrieval quality is measured in
+/// docs/SECURITY.md); its counts follow the analysis' formulas.
+#[test]
+fn minilm_dual_lpn_equals_its_int8_reference() {
+    let path = model("all-minilm-l6-v2");
+    let lpn = dual_lpn();
+    let l = load_embedder(&path, lpn.clone(), &LoadOptions::default()).unwrap();
+    let r = load_embedder(&path, int8_reference(), &LoadOptions::default()).unwrap();
+    let p = load_embedder(&path, plain(), &LoadOptions::default()).unwrap();
+    let texts = ["short", "a somewhat longer sentence about retrieval-augmented generation", "x"];
+    let (vl, vr, vp) = (l.embed(&texts).unwrap(), r.embed(&texts).unwrap(), p.embed(&texts).unwrap());
+    assert_eq!(vl, vr, "dual-lpn must equal the quantized plaintext path exactly");
+    for (a, b) in vr.iter().zip(&vp) {
+        assert!(cosine(a, b) > 0.99, "int8 per-row rounding drifted: {}", cosine(a, b));
+    }
+    let c = lpn.counts();
+    let t = protocol::noise_weight(384).unwrap() as u64;
+    // Per layer: q/k/v share one masked input, then o, up, down: t·(d_in + Σ d_out) each.
+    let per_row = 6 * t * ((384 + 3 * 384) + (384 + 384) + (384 + 1536) + (1536 + 384));
+    assert_eq!(c.mask_macs + c.unmask_macs, c.rows / 24 * per_row, "counts: {c:?}");
+    assert!(lpn.table_bytes_held() > 16 * 6 * (4 * 384 * 384 + 2 * 384 * 1536), "tables are 16x the int8 weights");
+}
+
 #[test]
 fn max_seq_length_is_honoured_not_the_tokenizer_files_128() {
     let path = model("all-minilm-l6-v2");

@@ -2,7 +2,7 @@ use std::{path::PathBuf, sync::Arc};
 
 use kernels::CpuEngine;
 use protocol::Engine;
-use protocol::{Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor};
+use protocol::{DualLpnConfig, DualLpnExecutor, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor};
 
 /// A model from the offline cache; fails loudly when it has not been fetched.
 pub fn model(name: &str) -> PathBuf {
@@ -30,4 +30,14 @@ pub fn masked() -> Arc<dyn Executor> {
 pub fn masked_with(mask: MaskKind) -> Arc<dyn Executor> {
     let engine: Arc<dyn Engine> = Arc::new(CpuEngine::new());
     Arc::new(MaskedExecutor::new(engine, MaskedConfig { mask, ..Default::default() }).unwrap())
+}
+
+/// The dual-LPN protection on the CPU engine.
+pub fn dual_lpn() -> Arc<DualLpnExecutor> {
+    Arc::new(DualLpnExecutor::new(Arc::new(CpuEngine::new()), DualLpnConfig::default()).unwrap())
+}
+
+/// The quantized plaintext path the dual-LPN protection must equal.
+pub fn int8_reference() -> Arc<dyn Executor> {
+    Arc::new(PlaintextExecutor::int8_reference())
 }

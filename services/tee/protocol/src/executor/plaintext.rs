@@ -8,7 +8,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use tensor::{Matrix, Weight, WeightId, WeightTable};
+use tensor::{Matrix, Weight, WeightId, WeightTable, ring::RingWeight};
 
 use super::{Dims, Executor, IntegrityStatus, Pass, Scheme, check_blocks, check_heads, check_input};
 use crate::{
@@ -31,6 +31,9 @@ enum Products {
     Engine(Arc<dyn Engine>),
     /// On the host CPU, inside the TEE's address space: no engine receives anything.
     Host(WeightTable),
+    /// On the host CPU in the `dual-lpn` scheme's int8 arithmetic (weights per output
+    /// column, activations per row): the quantized plaintext path that scheme must equal.
+    Int8(RwLock<HashMap<WeightId, RingWeight>>),
 }
 
 impl PlaintextExecutor {
@@ -45,10 +48,16 @@ impl PlaintextExecutor {
         PlaintextExecutor { products: Products::Host(WeightTable::in_place()), dims: RwLock::default() }
     }
 
+    /// Computes every product on the host CPU as the `dual-lpn` scheme quantizes it, in
+    /// the clear: that scheme's parity baseline, and how its rounding is measured.
+    pub fn int8_reference() -> Self {
+        PlaintextExecutor { products: Products::Int8(RwLock::default()), dims: RwLock::default() }
+    }
+
     pub(crate) fn engine_info(&self) -> EngineInfo {
         match &self.products {
             Products::Engine(engine) => engine.info(),
-            Products::Host(_) => EngineInfo::host_cpu(),
+            Products::Host(_) | Products::Int8(_) => EngineInfo::host_cpu(),
         }
     }
 
@@ -67,6 +76,10 @@ impl Executor for PlaintextExecutor {
         match &self.products {
             Products::Engine(engine) => drop(engine.register(id.clone(), weight)?),
             Products::Host(table) => table.insert(id.clone(), &weight).map_err(crate::EngineError::from)?,
+            Products::Int8(table) => {
+                let ring = RingWeight::quantize(&weight).map_err(crate::EngineError::from)?;
+                table.write().expect("poisoned").insert(id.clone(), ring);
+            }
         }
         dims.insert(id, d);
         Ok(())
@@ -102,6 +115,10 @@ impl Pass for PlainPass<'_> {
         match &self.exec.products {
             Products::Engine(engine) => Ok(engine.matmul_many(&danger::expose_plaintext(h.clone()), ids)?),
             Products::Host(table) => Ok(table.products(ids, h).map_err(crate::EngineError::from)?),
+            Products::Int8(table) => {
+                let table = table.read().expect("poisoned");
+                Ok(ids.iter().map(|id| table[id].reference(h)).collect())
+            }
         }
     }
 
