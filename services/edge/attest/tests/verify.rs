@@ -492,8 +492,12 @@ fn model_services_must_run_the_protection_the_policy_names() {
         let msg = refused(role, Some("masked"), &p);
         assert!(msg.contains("protocol.executor") && msg.contains("\"masked\""), "{msg}");
         refused(role, Some("plaintext"), &p);
+        assert!(refused(role, Some("dual-lpn"), &p).contains("\"dual-lpn\""));
         assert!(refused(role, None, &p).contains("\"none\""));
     }
+    // Naming dual-lpn admits it (its settings are attested, no further requirements yet).
+    let (e, x) = with("embedder", Some("dual-lpn"));
+    assert!(v.verify(&e, &x, &policy().allow_protection("dual-lpn")).is_ok());
     // A policy that names masked accepts it, and still refuses plaintext.
     let p = policy().allow_protection("masked");
     let (e, x) = with("generator", Some("masked"));

@@ -160,6 +160,43 @@ pub fn dequantize_one(acc: u32, sx: f32, sw: f32) -> f32 {
     acc as i32 as f32 * (sx * sw)
 }
 
+/// `acc += e · row (mod 2^32)`, elementwise: one sparse row of the dual-LPN mask
+/// (`e·H`) or of its unmasking (`e·(H·W)`).
+pub fn axpy(acc: &mut [u32], e: u32, row: &[u32]) {
+    assert_eq!(acc.len(), row.len(), "axpy lengths");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present (checked above).
+        return unsafe { axpy_avx2(acc, e, row) };
+    }
+    axpy_portable(acc, e, row);
+}
+
+fn axpy_portable(acc: &mut [u32], e: u32, row: &[u32]) {
+    for (a, &h) in acc.iter_mut().zip(row) {
+        *a = a.wrapping_add(e.wrapping_mul(h));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn axpy_avx2(acc: &mut [u32], e: u32, row: &[u32]) {
+    use std::arch::x86_64::*;
+    let n = acc.len().min(row.len());
+    let body = n - n % 8;
+    let ev = _mm256_set1_epi32(e as i32);
+    for i in (0..body).step_by(8) {
+        // SAFETY: i + 8 <= body <= both lengths; loads and stores are unaligned.
+        unsafe {
+            let a = _mm256_loadu_si256(acc.as_ptr().add(i) as *const __m256i);
+            let h = _mm256_loadu_si256(row.as_ptr().add(i) as *const __m256i);
+            let sum = _mm256_add_epi32(a, _mm256_mullo_epi32(ev, h));
+            _mm256_storeu_si256(acc.as_mut_ptr().add(i) as *mut __m256i, sum);
+        }
+    }
+    axpy_portable(&mut acc[body..n], e, &row[body..n]);
+}
+
 /// Rows a column is multiplied with at once.
 const ROWS: usize = 4;
 
@@ -268,6 +305,17 @@ mod tests {
             let want = dot_rows_portable(&x, nr, &w);
             assert_eq!(dot_rows(&x, nr, &w)[..nr], want[..nr], "{nr} rows");
         }
+    }
+
+    #[test]
+    fn axpy_is_the_wrapping_sum() {
+        let row: Vec<u32> = (0..37).map(|k| (k as u32).wrapping_mul(0x85EB_CA6B)).collect();
+        let mut got: Vec<u32> = (0..37).map(|k| k as u32 * 3).collect();
+        let mut want = got.clone();
+        axpy(&mut got, 0xDEAD_BEEF, &row);
+        axpy_portable(&mut want, 0xDEAD_BEEF, &row);
+        assert_eq!(got, want);
+        assert_eq!(want[5], 15u32.wrapping_add(0xDEAD_BEEFu32.wrapping_mul(row[5])));
     }
 
     #[test]

@@ -185,10 +185,7 @@ impl Noise {
     /// `acc += e·T` for the `width`-wide rows of `table`.
     fn add_rows(&self, table: &[u32], width: usize, acc: &mut [u32]) {
         for (&p, &e) in self.pos.iter().zip(&self.val) {
-            let row = &table[p as usize * width..(p as usize + 1) * width];
-            for (a, &h) in acc.iter_mut().zip(row) {
-                *a = a.wrapping_add(e.wrapping_mul(h));
-            }
+            ring::axpy(acc, e, &table[p as usize * width..(p as usize + 1) * width]);
         }
     }
 }
