@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gelo/target}"
-if ! python3 -c 'import numpy, scipy, sklearn' 2>/dev/null; then
+if ! python3 -c 'import numpy, scipy, sklearn, fpylll' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check -r attack/requirements.txt
 fi
 # The production default (sealed) first: real models on the executor a service builds by
@@ -19,5 +19,10 @@ cargo test --quiet -p gelo-attack --test sealed
 python3 attack/leakage_check.py
 # The LWE and LPN estimators behind "Computational hiding" against published parameter sets.
 python3 attack/estimators check
+# The page-trace attack on dual-lpn: with the support of the sparse secret known (what a
+# hypervisor tracing the TEE's table reads sees), lattice reduction recovers the row exactly.
+# Run at secret dimension 48, where it takes seconds; the LWE estimator prices the real
+# t = 134 at its smallest block size (docs/SECURITY.md, "The CPU reference, measured").
+python3 attack/lpn_support.py --t 48 --m 110 --rows 2 --check
 cargo build --quiet -p gelo-attack
 exec nice -n 10 python3 attack/report.py --binary "$CARGO_TARGET_DIR/debug/gelo-attack" "$@"

@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn every_kernel_gives_the_same_words() {
-        let w: Vec<i8> = (0..203).map(|k| ((k * 37 % 255) as i32 - 127) as i8).collect();
+        let w: Vec<i8> = (0..203i32).map(|k| (k * 37 % 255 - 127) as i8).collect();
         let x: Vec<u32> = (0..ROWS * 203).map(|k| (k as u32).wrapping_mul(0x9E37_79B9)).collect();
         for nr in 1..=ROWS {
             let want = dot_rows_portable(&x, nr, &w);

@@ -283,7 +283,9 @@ fn qwen25_masked_greedy_equals_plain_for_64_tokens() {
 #[test]
 fn smollm2_dual_lpn_greedy_equals_its_int8_reference() {
     let file = "smollm2-135m-instruct.gguf";
-    let lpn = load_generator(&model(file), dual_lpn(), &Default::default()).unwrap();
+    let exec = dual_lpn();
+    let lpn = load_generator(&model(file), exec.clone(), &Default::default()).unwrap();
+    eprintln!("smollm2 dual-lpn: {} bytes of tables and codes", exec.table_bytes_held());
     let reference = load_generator(&model(file), int8_reference(), &Default::default()).unwrap();
     for p in fixture("smollm2-135m").prompts.iter().take(2) {
         let (a, _, _) = greedy(&lpn, &p.prompt_ids, 16);

@@ -77,7 +77,9 @@ fn minilm_dual_lpn_equals_its_int8_reference() {
     // Per layer: q/k/v share one masked input, then o, up, down: t·(d_in + Σ d_out) each.
     let per_row = 6 * t * ((384 + 3 * 384) + (384 + 384) + (384 + 1536) + (1536 + 384));
     assert_eq!(c.mask_macs + c.unmask_macs, c.rows / 24 * per_row, "counts: {c:?}");
-    assert!(lpn.table_bytes_held() > 16 * 6 * (4 * 384 * 384 + 2 * 384 * 1536), "tables are 16x the int8 weights");
+    let held = lpn.table_bytes_held();
+    eprintln!("minilm dual-lpn: {held} bytes of tables and codes; counts {c:?}");
+    assert!(held > 16 * 6 * (4 * 384 * 384 + 2 * 384 * 1536), "tables are 16x the int8 weights");
 }
 
 #[test]

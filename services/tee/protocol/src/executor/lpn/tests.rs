@@ -68,16 +68,18 @@ fn fresh_codes_after_the_row_budget_and_still_exact() {
     assert!(matches!(pass.linear(&input(9, 256, 0.0), &"q".into()), Err(ProtocolError::Config(_))));
 }
 
-/// Forwards to the host engine, then corrupts what comes back.
-struct Tamper {
+/// The host engine as an attacker or a lesser device may run it: optionally without ring
+/// products, corrupting ring products of a given row count, or recording their operands.
+#[derive(Default)]
+struct Device {
     inner: HostEngine,
-    /// Added to word `at` of every ring product with this many rows (0: every product).
-    rows: usize,
-    at: usize,
-    delta: u32,
+    no_ring: bool,
+    /// `(rows, at, delta)`: adds `delta` to word `at` of every ring product with `rows` rows.
+    tamper: Option<(usize, usize, u32)>,
+    seen: std::sync::Mutex<Vec<u32>>,
 }
 
-impl Engine for Tamper {
+impl Engine for Device {
     fn info(&self) -> EngineInfo {
         self.inner.info()
     }
@@ -97,13 +99,21 @@ impl Engine for Tamper {
         self.inner.softmax_rows(x, scale)
     }
     fn register_ring(&self, id: WeightId, weight: Arc<RingWeight>) -> Result<(), EngineError> {
+        if self.no_ring {
+            return Err(EngineError::Unsupported("ring products"));
+        }
         self.inner.register_ring(id, weight)
     }
     fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
+        if x.rows() < 1024 {
+            self.seen.lock().unwrap().extend_from_slice(x.as_slice());
+        }
         let mut out = self.inner.ring_matmul_many(x, ids)?;
-        if self.rows == 0 || x.rows() == self.rows {
+        if let Some((rows, at, delta)) = self.tamper
+            && x.rows() == rows
+        {
             for y in &mut out {
-                y[self.at] = y[self.at].wrapping_add(self.delta);
+                y[at] = y[at].wrapping_add(delta);
             }
         }
         Ok(out)
@@ -115,7 +125,7 @@ fn wrong_products_are_caught_by_freivalds_or_the_range_check() {
     // Odd errors, errors in the high bits only, and the top bit alone: the probes catch the
     // first two kinds, the range check the last.
     for delta in [1u32, 0x0001_0000, 3 << 24, 1 << 31] {
-        let engine = Tamper { inner: HostEngine::default(), rows: 2, at: 5, delta };
+        let engine = Device { tamper: Some((2, 5, delta)), ..Device::default() };
         let exec = DualLpnExecutor::new(Arc::new(engine), DualLpnConfig::default()).unwrap();
         exec.provision("q".into(), weight(256, 96, 1)).unwrap();
         let mut pass = exec.begin(&[2]).unwrap();
@@ -127,7 +137,7 @@ fn wrong_products_are_caught_by_freivalds_or_the_range_check() {
 
 #[test]
 fn a_wrong_table_is_refused_at_provisioning() {
-    let engine = Arc::new(Tamper { inner: HostEngine::default(), rows: 4 * 256, at: 77, delta: 9 });
+    let engine = Arc::new(Device { tamper: Some((4 * 256, 77, 9)), ..Device::default() });
     let exec = DualLpnExecutor::new(engine.clone(), DualLpnConfig::default()).unwrap();
     assert!(matches!(exec.provision("q".into(), weight(256, 96, 1)), Err(ProtocolError::Integrity(_))));
     // The weight is not left registered on the engine.
@@ -154,28 +164,8 @@ fn bad_input_gets_typed_errors() {
 
 #[test]
 fn an_engine_without_ring_products_is_refused_by_name() {
-    struct F32Only(HostEngine);
-    impl Engine for F32Only {
-        fn info(&self) -> EngineInfo {
-            self.0.info()
-        }
-        fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
-            self.0.register(id, weight)
-        }
-        fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
-            self.0.unregister(id)
-        }
-        fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {
-            self.0.matmul_many(x, ids)
-        }
-        fn matmul_dynamic(&self, a: &Masked, b: &Masked, t: bool) -> Result<Matrix, EngineError> {
-            self.0.matmul_dynamic(a, b, t)
-        }
-        fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
-            self.0.softmax_rows(x, scale)
-        }
-    }
-    let exec = DualLpnExecutor::new(Arc::new(F32Only(HostEngine::default())), DualLpnConfig::default()).unwrap();
+    let exec = DualLpnExecutor::new(Arc::new(Device { no_ring: true, ..Device::default() }), DualLpnConfig::default())
+        .unwrap();
     let err = exec.provision("q".into(), weight(256, 96, 1)).unwrap_err();
     assert_eq!(err, ProtocolError::Engine(EngineError::Unsupported("ring products")));
 }
@@ -201,44 +191,14 @@ fn the_scheme_names_dual_lpn_and_its_settings() {
 /// the words, which the raw int8 rows fail by a wide margin and the masked rows pass.
 #[test]
 fn masked_operands_are_indistinguishable_from_uniform_by_byte_statistics() {
-    struct Capture(HostEngine, std::sync::Mutex<Vec<u32>>);
-    impl Engine for Capture {
-        fn info(&self) -> EngineInfo {
-            self.0.info()
-        }
-        fn register(&self, id: WeightId, weight: Weight) -> Result<Registered, EngineError> {
-            self.0.register(id, weight)
-        }
-        fn unregister(&self, id: &WeightId) -> Result<(), EngineError> {
-            self.0.unregister(id)
-        }
-        fn matmul_many(&self, x: &Masked, ids: &[WeightId]) -> Result<Vec<Matrix>, EngineError> {
-            self.0.matmul_many(x, ids)
-        }
-        fn matmul_dynamic(&self, a: &Masked, b: &Masked, t: bool) -> Result<Matrix, EngineError> {
-            self.0.matmul_dynamic(a, b, t)
-        }
-        fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
-            self.0.softmax_rows(x, scale)
-        }
-        fn register_ring(&self, id: WeightId, weight: Arc<RingWeight>) -> Result<(), EngineError> {
-            self.0.register_ring(id, weight)
-        }
-        fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
-            if x.rows() < 1024 {
-                self.1.lock().unwrap().extend_from_slice(x.as_slice());
-            }
-            self.0.ring_matmul_many(x, ids)
-        }
-    }
-    let engine = Arc::new(Capture(HostEngine::default(), Default::default()));
+    let engine = Arc::new(Device::default());
     let exec = DualLpnExecutor::new(engine.clone(), DualLpnConfig::default()).unwrap();
     exec.provision("q".into(), weight(256, 96, 1)).unwrap();
     // The most structured inputs there are: constant rows and all-zero rows.
     let h = Matrix::from_fn(64, 256, |r, _| if r % 2 == 0 { 1.0 } else { 0.0 });
     let mut pass = exec.begin(&[64]).unwrap();
     pass.linear(&h, &"q".into()).unwrap();
-    let seen = engine.1.lock().unwrap().clone();
+    let seen = engine.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 64 * 256);
     // 99.9th percentile of chi-square with 255 degrees of freedom: 339.
     for byte in 0..4 {

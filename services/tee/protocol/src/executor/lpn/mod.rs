@@ -356,9 +356,8 @@ impl Executor for DualLpnExecutor {
         if st.weights.contains_key(&id) {
             return Err(ProtocolError::DuplicateWeight(id));
         }
-        if !st.codes.contains_key(&d) {
-            let code = self.draw_code(d)?;
-            st.codes.insert(d, code);
+        if let std::collections::hash_map::Entry::Vacant(slot) = st.codes.entry(d) {
+            slot.insert(self.draw_code(d)?);
         }
         let probes: Vec<u32> = {
             let mut rng = self.rng.lock().expect("poisoned");
@@ -513,5 +512,4 @@ fn unmask(
 }
 
 #[cfg(test)]
-#[path = "lpn_tests.rs"]
 mod tests;
