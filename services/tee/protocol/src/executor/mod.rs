@@ -124,6 +124,19 @@ fn check_blocks(blocks: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Attention on the TEE's own CPU (the plaintext and dual-LPN executors' passes), after the
+/// checks every pass makes.
+fn attend_in_tee(heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
+    check_heads(heads)?;
+    Ok(crate::attention::attend_all(heads, scale, causal))
+}
+
+/// [`attend_in_tee`] for several sequences, their heads in parallel.
+fn attend_sequences_in_tee(seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Result<Vec<Vec<Matrix>>> {
+    seqs.iter().try_for_each(|(heads, _)| check_heads(heads))?;
+    Ok(crate::attention::attend_sequences(seqs, scale))
+}
+
 fn check_heads(heads: &[Head<'_>]) -> Result<()> {
     for h in heads {
         let ok = h.q.cols() == h.k.cols() && h.k.rows() == h.v.rows() && h.q.rows() > 0 && h.k.rows() > 0;

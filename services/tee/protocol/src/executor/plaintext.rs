@@ -10,10 +10,12 @@ use std::{
 
 use tensor::{Matrix, Weight, WeightId, WeightTable, ring::RingWeight};
 
-use super::{Dims, Executor, IntegrityStatus, Pass, Scheme, check_blocks, check_heads, check_input};
+use super::{
+    Dims, Executor, IntegrityStatus, Pass, Scheme, attend_in_tee, attend_sequences_in_tee, check_blocks, check_input,
+};
 use crate::{
     Engine, EngineInfo,
-    attention::{self, Causal, Head},
+    attention::{Causal, Head},
     danger,
     error::{ProtocolError, Result},
 };
@@ -123,13 +125,11 @@ impl Pass for PlainPass<'_> {
     }
 
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
-        check_heads(heads)?;
-        Ok(attention::attend_all(heads, scale, causal))
+        attend_in_tee(heads, scale, causal)
     }
 
     fn attend_sequences(&mut self, seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Result<Vec<Vec<Matrix>>> {
-        seqs.iter().try_for_each(|(heads, _)| check_heads(heads))?;
-        Ok(attention::attend_sequences(seqs, scale))
+        attend_sequences_in_tee(seqs, scale)
     }
 
     fn end(self: Box<Self>) {}

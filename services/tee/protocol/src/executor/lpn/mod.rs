@@ -43,10 +43,12 @@ use tensor::{
 };
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use super::{Executor, IntegrityStatus, Pass, Scheme, check_blocks, check_heads, check_input};
+use super::{
+    Executor, IntegrityStatus, Pass, Scheme, attend_in_tee, attend_sequences_in_tee, check_blocks, check_input,
+};
 use crate::{
     Engine, RingMasked,
-    attention::{self, Causal, Head},
+    attention::{Causal, Head},
     error::{ProtocolError, Result},
     os_seeded_rng,
     verify::IntegrityViolation,
@@ -451,13 +453,11 @@ impl Pass for LpnPass<'_> {
     }
 
     fn attend(&mut self, heads: &[Head<'_>], scale: f32, causal: Causal) -> Result<Vec<Matrix>> {
-        check_heads(heads)?;
-        Ok(attention::attend_all(heads, scale, causal))
+        attend_in_tee(heads, scale, causal)
     }
 
     fn attend_sequences(&mut self, seqs: &[(&[Head<'_>], Causal)], scale: f32) -> Result<Vec<Vec<Matrix>>> {
-        seqs.iter().try_for_each(|(heads, _)| check_heads(heads))?;
-        Ok(attention::attend_sequences(seqs, scale))
+        attend_sequences_in_tee(seqs, scale)
     }
 
     fn end(self: Box<Self>) {}
