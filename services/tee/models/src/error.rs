@@ -32,6 +32,9 @@ pub enum ModelError {
     ContextTooLong { tokens: usize, limit: usize },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The caller stopped a generation before its end (its callback returned false).
+    #[error("generation cancelled by the caller")]
+    Cancelled,
     /// A generation request broke a rule of [`TextGenerator::admit`](crate::TextGenerator::admit).
     #[error(transparent)]
     Refused(#[from] Refusal),

@@ -471,12 +471,12 @@ impl TextGenerator {
         let req = self.admit(req.clone(), &GenerationLimits::unbounded())?;
         let (mut seq, first) = self.start(&req)?;
         if !on_chunk(&first) {
-            return Err(ModelError::InvalidRequest("cancelled".into()));
+            return Err(ModelError::Cancelled);
         }
         while !seq.is_finished() {
             let chunk = self.step(&mut [&mut seq])?.pop().expect("one sequence");
             if !on_chunk(&chunk) {
-                return Err(ModelError::InvalidRequest("cancelled".into()));
+                return Err(ModelError::Cancelled);
             }
         }
         Ok(seq.completion().expect("finished"))

@@ -15,6 +15,7 @@ pub fn from_model(e: &ModelError) -> Status {
         | ModelError::ContextTooLong { .. }
         | ModelError::Tokenizer(_)
         | ModelError::Template(_) => Status::invalid_argument(e.to_string()),
+        ModelError::Cancelled => Status::cancelled(e.to_string()),
         ModelError::Protocol(p) => from_protocol(p),
         _ => Status::internal(e.to_string()),
     }
@@ -29,6 +30,9 @@ pub fn from_protocol(e: &ProtocolError) -> Status {
             Status::resource_exhausted(format!("engine out of memory: {m}"))
         }
         ProtocolError::Engine(EngineError::NoAdapter(m)) => Status::unavailable(format!("no engine adapter: {m}")),
+        ProtocolError::Engine(EngineError::Unsupported(what)) => Status::failed_precondition(format!(
+            "the engine does not compute {what}: choose another protection or engine"
+        )),
         ProtocolError::NonFinite { .. } => Status::internal(format!("numerical failure: {e}")),
         _ => Status::internal(e.to_string()),
     }
@@ -59,5 +63,9 @@ mod tests {
         );
         let s = from_model(&ModelError::Config("bad".into()));
         assert_eq!(s.code(), Code::Internal);
+        assert_eq!(from_model(&ModelError::Cancelled).code(), Code::Cancelled);
+        let unsupported =
+            ModelError::Protocol(protocol::ProtocolError::Engine(protocol::EngineError::Unsupported("ring products")));
+        assert_eq!(from_model(&unsupported).code(), Code::FailedPrecondition);
     }
 }

@@ -43,6 +43,16 @@ fn seeded_sampling_is_reproducible() {
     assert_eq!(a.tokens, b.tokens);
     let others: Vec<_> = (1..6).map(|s| g.generate(&req(s), |_| true).unwrap().tokens).collect();
     assert!(others.iter().any(|t| t != &a.tokens), "different seeds never changed the sample");
+    // A caller that stops the stream gets a cancellation, not an invalid request; stopping
+    // after the third chunk too.
+    assert!(matches!(g.generate(&req(42), |_| false), Err(ModelError::Cancelled)));
+    let mut chunks = 0;
+    let stopped = g.generate(&req(42), |_| {
+        chunks += 1;
+        chunks < 3
+    });
+    assert!(matches!(stopped, Err(ModelError::Cancelled)));
+    assert_eq!(chunks, 3);
 }
 
 #[test]
