@@ -215,6 +215,7 @@ async fn the_binary_reconciles_a_pipeline_to_ready_and_excludes_a_wrong_model() 
     // The loop settles: with nothing changing, reconciles come from the period, not from
     // the operator's own writes waking it up.
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(!log.contains('\u{1b}'), "text logs written to a file carry terminal colour codes");
     let before = log.matches("reconciled").count();
     tokio::time::sleep(Duration::from_secs(3 * PERIOD_S)).await;
     let after = std::fs::read_to_string(&log_path).unwrap_or_default().matches("reconciled").count();

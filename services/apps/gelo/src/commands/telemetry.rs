@@ -45,8 +45,10 @@ impl Drop for Telemetry {
 
 /// Installs the global subscriber: the log layer and, with `otlp`, the trace exporter.
 pub fn init(otlp: Option<Otlp>) -> Result<Telemetry> {
+    // Colours only on a terminal: logs redirected to a file or a pipe stay plain text.
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()));
     let Some(otlp) = otlp else {
         tracing_subscriber::registry().with(logs).init();
