@@ -300,11 +300,15 @@ impl DualLpnExecutor {
         let widths: Vec<usize> = st.codes.keys().copied().collect();
         for d in widths {
             let code = self.draw_code(d)?;
-            let ids: Vec<WeightId> =
-                st.weights.iter().filter(|(_, e)| e.ring.d_in == d).map(|(id, _)| id.clone()).collect();
-            for id in ids {
-                let e = &st.weights[&id];
-                let table = self.table(&id, &code, &e.ring, &e.probes, &e.wv)?;
+            // Every table of this width is computed and checked before any replaces its old
+            // one: a failure leaves the width on its old code and tables, never a mix.
+            let fresh = st
+                .weights
+                .iter()
+                .filter(|(_, e)| e.ring.d_in == d)
+                .map(|(id, e)| Ok((id.clone(), self.table(id, &code, &e.ring, &e.probes, &e.wv)?)))
+                .collect::<Result<Vec<_>>>()?;
+            for (id, table) in fresh {
                 st.weights.get_mut(&id).expect("listed above").table = table;
             }
             st.codes.insert(d, code);
