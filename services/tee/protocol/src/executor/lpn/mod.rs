@@ -134,21 +134,17 @@ struct Code {
     h: Vec<u32>,
 }
 
-/// One provisioned weight, as the TEE keeps it.
+/// One provisioned weight, as the TEE keeps it; the secret probes are wiped on drop.
+#[derive(Zeroize, ZeroizeOnDrop)]
 struct Entry {
+    #[zeroize(skip)]
     ring: Arc<RingWeight>,
-    /// `H·W_q` for the current code of `d_in`, `n × d_out`.
+    /// `H·W_q` for the current code of `d_in`, `n × d_out` (public).
+    #[zeroize(skip)]
     table: Vec<u32>,
     /// Secret probe vectors `v` (`k × d_out`) and `W_q·v` (`k × d_in`).
     probes: Vec<u32>,
     wv: Vec<u32>,
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        self.probes.zeroize();
-        self.wv.zeroize();
-    }
 }
 
 #[derive(Default)]
@@ -184,9 +180,10 @@ impl Noise {
         Noise { pos, val }
     }
 
-    /// `acc += e·T` for the `width`-wide rows of `table`.
-    fn add_rows(&self, table: &[u32], width: usize, acc: &mut [u32]) {
+    /// `acc += e·T` (or `acc −= e·T` when `subtract`) for the `width`-wide rows of `table`.
+    fn add_rows(&self, table: &[u32], width: usize, acc: &mut [u32], subtract: bool) {
         for (&p, &e) in self.pos.iter().zip(&self.val) {
+            let e = if subtract { e.wrapping_neg() } else { e };
             ring::axpy(acc, e, &table[p as usize * width..(p as usize + 1) * width]);
         }
     }
@@ -433,7 +430,7 @@ impl Pass for LpnPass<'_> {
         xq.zeroize();
         pool::global().for_chunks_mut(&mut masked, d, 1, &|r0, chunk| {
             for (k, row) in chunk.chunks_mut(d).enumerate() {
-                noise[r0 + k].add_rows(&code.h, d, row);
+                noise[r0 + k].add_rows(&code.h, d, row, false);
             }
         });
         let operand = RingMasked::new(rows, d, masked);
@@ -493,12 +490,7 @@ fn unmask(
     let mut out = Matrix::zeros(rows, m);
     pool::global().for_chunks_mut(&mut y, m, 1, &|r0, chunk| {
         for (k, row) in chunk.chunks_mut(m).enumerate() {
-            let mut neg = vec![0u32; m];
-            noise[r0 + k].add_rows(&e.table, m, &mut neg);
-            for (a, n) in row.iter_mut().zip(&neg) {
-                *a = a.wrapping_sub(*n);
-            }
-            neg.zeroize();
+            noise[r0 + k].add_rows(&e.table, m, row, true);
         }
     });
     for r in 0..rows {
