@@ -16,7 +16,7 @@ console the gateway serves at `/`, and checks, through the page only:
   6. neither the browser's console nor any service log holds the document or question text.
 Saves a screenshot of the page with the stopped reranker (default under $CARGO_TARGET_DIR,
 else /tmp) and prints where. Needs Debian's chromium and chromium-driver and
-`pip install -r scripts/console/requirements.txt` (CI: .ci/run). Exits non-zero with a
+`pip install -r scripts/console/requirements.txt` (scripts/setup.sh installs them). Exits non-zero with a
 message on the first failed step.
 """
 

@@ -8,7 +8,7 @@ Checks: model listing; embeddings (the client's default base64 encoding and floa
 must agree); chat completions whole and streamed (server-sent events; with greedy decoding
 the streamed text equals the whole one, and the usage chunk arrives); the RAG model
 `gelo-rag` (answer citing only passages it was given); an unknown model raising the
-client's NotFoundError. Installs nothing: needs `pip install openai` (CI: .ci/run).
+client's NotFoundError. Installs nothing: needs `pip install openai` (scripts/setup.sh installs it).
 Exits non-zero with a message on the first failed check.
 """
 

@@ -9,7 +9,7 @@ request costs little and larger ones exercise the refusal), adds one document, t
 operation. Checks: no 5xx; status codes, content types and bodies as documented, which
 makes every refusal a JSON error with a code and a message; no request over the timeout
 (a hang). Afterwards the stack must still be up and answer. Needs `pip install
-schemathesis` (CI: .ci/run). Exits non-zero on any failure.
+schemathesis` (scripts/setup.sh installs it). Exits non-zero on any failure.
 """
 
 import argparse

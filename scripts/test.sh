@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# The project's test command: fetches the offline models once, then runs every test of the
-# workspace in one build.
+# The project's test command, on a fresh machine too: installs what is missing
+# (scripts/setup.sh: Debian packages, pinned Python packages, rustfmt and clippy; skipped
+# when present), fetches the offline models once, then runs every check and every test of
+# the workspace in one build. CI (.ci/run) runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/setup.sh
 scripts/fetch-models.sh
+# A fixed target dir outside the clone: a warm machine reuses its build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gelo/target}"
+# The Vulkan engine's tests (wgpu on lavapipe) need a runtime dir.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+export RUST_BACKTRACE=1
 # Formatting (rustfmt.toml), lints (clippy.toml: no function over 120 lines) and file length,
 # first: they fail in seconds where the tests take minutes.
 cargo fmt --all --check
@@ -28,12 +35,12 @@ scripts/validate-manifests.sh
 # The chart, the CRD and the operator against a real kube-apiserver, etcd and controller
 # manager, with the real kubectl and helm (built once from their Go modules; docs/KUBERNETES.md).
 e2e/apiserver/run.sh
-# The official openai Python client against `gelo up` (needs `pip install openai`; .ci/run does it).
+# The official openai Python client against `gelo up` (installed by scripts/setup.sh).
 python3 scripts/openai_client_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo"
-# The HTTP API fuzzed against its OpenAPI document (/openapi.json) by schemathesis (.ci/run installs it).
+# The HTTP API fuzzed against its OpenAPI document (/openapi.json) by schemathesis (scripts/setup.sh installs it).
 python3 scripts/openapi_fuzz.py --gelo "$CARGO_TARGET_DIR/debug/gelo" --examples 10
 # The web console in headless Chromium against `gelo up`: documents, a streamed cited answer,
-# the Trust view with a stopped backend (needs chromium, chromium-driver and selenium; .ci/run).
+# the Trust view with a stopped backend (chromium, chromium-driver and selenium: scripts/setup.sh).
 python3 scripts/console_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo" --screenshot "$CARGO_TARGET_DIR/console-check/console.png"
 # Confidentiality evidence: the attack harness at CI size; exits non-zero on a gate (docs/SECURITY.md).
 attack/run.sh

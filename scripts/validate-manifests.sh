@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Offline schema validation of every Kubernetes manifest GELO ships or builds, against the
-# Kubernetes 1.37 OpenAPI schemas of `kubernetes-validate` (PyPI, pinned in .ci/run):
+# Kubernetes 1.37 OpenAPI schemas of `kubernetes-validate` (PyPI, pinned in scripts/setup.sh):
 #
 #   1. the generated CRD (crds/ and the chart's copy);
 #   2. every object the reconciler applies, for the kind sample pipeline and for the
