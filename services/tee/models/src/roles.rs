@@ -34,11 +34,12 @@ pub trait Embedder: Send + Sync {
     fn max_tokens(&self) -> usize;
     fn identity(&self) -> ModelIdentity;
 
-    /// One embedding per text, each cut to [`Embedder::max_tokens`].
+    /// One embedding per text, each cut to [`Embedder::max_tokens`]; the texts are
+    /// tokenized in parallel on the compute pool.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let inputs =
-            texts.iter().map(|t| Ok(self.tokenize(t, self.max_tokens())?.tokens)).collect::<Result<Vec<_>>>()?;
-        self.embed_tokens(&inputs)
+            tensor::pool::global().map(texts.len(), &|i| self.tokenize(texts[i], self.max_tokens()).map(|t| t.tokens));
+        self.embed_tokens(&inputs.into_iter().collect::<Result<Vec<_>>>()?)
     }
 
     /// Tokens `text` becomes before truncation (special tokens included).

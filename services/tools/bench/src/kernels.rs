@@ -2,19 +2,22 @@
 //! row count, against the machine's copy bandwidth: decode products read each weight byte
 //! once, so bytes/s against a parallel copy's says how close to memory speed they run.
 //! Weights are random blocks (real formats, finite scales), larger than the caches.
+//! `F32` cells time the f32 GEMM (`tensor::cpu::linear`, a weight held `[out, in]` as
+//! safetensors keep it) that BERT's products run on, in GFLOP/s against the same product in
+//! PyTorch (`scripts/bench/torch_gemm.py`).
 
 use std::time::Instant;
 
 use anyhow::{Result, bail};
 use rand::{RngExt, SeedableRng};
 use tensor::{
-    Matrix,
+    Matrix, WeightLayout,
     quant::{Isa, QuantFormat, QuantMatrix},
 };
 
 #[derive(clap::Args)]
 pub struct KernelArgs {
-    /// Formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
+    /// Formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; F32: the f32 GEMM).
     #[arg(long, value_delimiter = ',', default_value = "Q5_0,Q8_0,Q4_K,Q6_K")]
     formats: Vec<String>,
     /// Weight shapes as OUTxIN.
@@ -43,6 +46,31 @@ fn format(name: &str) -> Result<QuantFormat> {
         "Q6_K" => QuantFormat::Q6_K,
         other => bail!("unknown format {other}"),
     })
+}
+
+/// The f32 GEMM's cells: `x · Wᵀ` for a random `[out, in]` weight, every shape and row count.
+fn f32_cells(a: &KernelArgs) -> Result<()> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    for shape in &a.shapes {
+        let (o, i) = parse_shape(shape)?;
+        let w: Vec<f32> = (0..o * i).map(|_| rng.random_range(-0.05f32..0.05)).collect();
+        for &m in &a.rows {
+            let x = Matrix::from_fn(m, i, |r, c| ((r * 31 + c * 7) % 19) as f32 * 0.1 - 0.9);
+            let s = time(a.seconds, || drop(tensor::cpu::linear(&x, i, o, WeightLayout::OutIn, &w)));
+            println!(
+                "| F32 | {o}×{i} | {m} | {:.3} ms | {:.1} | {:.1} |",
+                s * 1e3,
+                (o * i * 4) as f64 / s / 1e9,
+                (m * o * i) as f64 / s / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
+fn parse_shape(shape: &str) -> Result<(usize, usize)> {
+    let (o, i) = shape.split_once('x').ok_or_else(|| anyhow::anyhow!("shape {shape}: OUTxIN"))?;
+    Ok((o.parse()?, i.parse()?))
 }
 
 /// Random blocks with finite f16 scales at the offsets each format keeps them.
@@ -107,10 +135,13 @@ pub fn run(a: KernelArgs) -> Result<()> {
     println!("| format | out × in | rows | {} threads, {} | GB/s of weights | GMAC/s |", threads, isa.name());
     println!("|---|---|---|---|---|---|");
     for f in &a.formats {
+        if f.eq_ignore_ascii_case("F32") {
+            f32_cells(&a)?;
+            continue;
+        }
         let f = format(f)?;
         for shape in &a.shapes {
-            let (o, i) = shape.split_once('x').ok_or_else(|| anyhow::anyhow!("shape {shape}: OUTxIN"))?;
-            let (o, i): (usize, usize) = (o.parse()?, i.parse()?);
+            let (o, i) = parse_shape(shape)?;
             let w = random_weight(f, o, i)?;
             for &m in &a.rows {
                 let x = Matrix::from_fn(m, i, |r, c| ((r * 31 + c * 7) % 19) as f32 * 0.1 - 0.9);

@@ -4,7 +4,7 @@
 
 use protocol::{Executor, Pass, attention::Head};
 use rayon::prelude::*;
-use tensor::{Matrix, WeightId};
+use tensor::{Matrix, WeightId, pool};
 
 use crate::{error::Result, ops, provision, tensors::Tensors};
 
@@ -118,18 +118,15 @@ impl Attention {
             heads_of.iter().zip(&batch.starts).map(|(h, &pos0)| (h.as_slice(), Some(pos0))).collect();
         let outs = pass.attend_sequences(&seqs, 1.0 / (hd as f32).sqrt())?;
         let mut ctx = Matrix::zeros(h.rows(), heads * hd);
-        for (o, &r0) in outs.iter().zip(&batch.firsts) {
-            for (h, o) in o.iter().enumerate() {
-                ops::put_block(&mut ctx, r0, h * hd, o);
-            }
-        }
+        let outs: Vec<Matrix> = outs.into_iter().flatten().collect();
+        ops::put_heads(&mut ctx, &batch.firsts, heads, &outs);
         // 3. Output projection.
         Ok(pass.linear(&ctx, &self.o_proj)?)
     }
 
     /// Each sequence's query heads, QK-normed and rotated, after its keys (likewise) and
     /// values are appended to its cache. Sequences run in parallel when a batch gives
-    /// enough work.
+    /// enough work; a single long sequence (a prefill) runs its heads in parallel.
     fn queries_and_cache(
         &self,
         qkv: &[Matrix],
@@ -153,13 +150,17 @@ impl Attention {
                 }
                 hm
             };
-            for g in 0..kv_heads {
-                let k = prep(&qkv[1], g, self.k_norm.as_ref());
+            let par_heads = batch.lens.len() == 1 && n * (heads + 2 * kv_heads) * hd >= tensor::cpu::PAR_MIN_LEN;
+            let kv_of =
+                |g: usize| (prep(&qkv[1], g, self.k_norm.as_ref()), ops::block(&qkv[2], r0, r0 + n, g * hd, hd));
+            let q_of = |h: usize| prep(&qkv[0], h, self.q_norm.as_ref());
+            let kv: Vec<(Matrix, Matrix)> =
+                if par_heads { pool::global().map(kv_heads, &kv_of) } else { (0..kv_heads).map(kv_of).collect() };
+            for (g, (k, v)) in kv.iter().enumerate() {
                 cache.k[layer][g].push_rows(k.as_slice());
-                let v = ops::block(&qkv[2], r0, r0 + n, g * hd, hd);
                 cache.v[layer][g].push_rows(v.as_slice());
             }
-            (0..heads).map(|h| prep(&qkv[0], h, self.q_norm.as_ref())).collect()
+            if par_heads { pool::global().map(heads, &q_of) } else { (0..heads).map(q_of).collect() }
         };
         let touched = qkv[0].rows() * (heads + 2 * kv_heads) * hd;
         if batch.lens.len() > 1 && touched >= tensor::cpu::PAR_MIN_LEN {

@@ -315,6 +315,20 @@ fn sgemm_impl(
         one(m, n, 0, 0, 0);
         return;
     }
+    if split_in_gemm() {
+        // SAFETY: as for `one`, over the whole product.
+        unsafe {
+            gemm_call(
+                (m, n, k),
+                (cp.get(), ldc),
+                accumulate,
+                (a.as_ptr(), a_strides),
+                (b.as_ptr(), b_strides),
+                gemm::Parallelism::Rayon(threads),
+            )
+        };
+        return;
+    }
     // Blocks of rows of C when there are enough (each task packs its own copy of B's
     // panels, one pass over B against its rows' product), else blocks of columns.
     if m >= threads * 16 {
@@ -348,6 +362,15 @@ pub unsafe fn sgemm_into(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: 
     unsafe { gemm_block((m, n, k), (c, ldc), false, (a.as_ptr(), (k, 1)), (b.as_ptr(), (1, k))) }
 }
 
+/// Whether large products are split by the gemm crate's own rayon parallelism (it packs
+/// each panel of B once for all threads) instead of by rows on the compute pool (each task
+/// packs its own copy of B): `GELO_SGEMM=gemm`, read once. A measurement switch; the pool
+/// split is the default.
+fn split_in_gemm() -> bool {
+    static GEMM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *GEMM.get_or_init(|| std::env::var("GELO_SGEMM").is_ok_and(|v| v == "gemm"))
+}
+
 /// One single-threaded `gemm` call: `c (+)= a · b` for an `m×k` by `k×n` product whose
 /// operands are read at `(row stride, column stride)` and whose output rows are `ldc` apart.
 ///
@@ -360,6 +383,22 @@ unsafe fn gemm_block(
     accumulate: bool,
     (a, a_strides): (*const f32, (usize, usize)),
     (b, b_strides): (*const f32, (usize, usize)),
+) {
+    // SAFETY: as promised by the caller.
+    unsafe { gemm_call((m, n, k), (c, ldc), accumulate, (a, a_strides), (b, b_strides), gemm::Parallelism::None) }
+}
+
+/// [`gemm_block`] with the gemm crate's `parallelism`.
+///
+/// # Safety
+/// As for [`gemm_block`].
+unsafe fn gemm_call(
+    (m, n, k): (usize, usize, usize),
+    (c, ldc): (*mut f32, usize),
+    accumulate: bool,
+    (a, a_strides): (*const f32, (usize, usize)),
+    (b, b_strides): (*const f32, (usize, usize)),
+    parallelism: gemm::Parallelism,
 ) {
     // SAFETY: as promised by the caller.
     unsafe {
@@ -382,7 +421,7 @@ unsafe fn gemm_block(
             false,
             false,
             false,
-            gemm::Parallelism::None,
+            parallelism,
         );
     }
 }
