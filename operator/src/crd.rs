@@ -90,9 +90,11 @@ pub struct ComponentSpec {
     #[serde(default)]
     pub engine: Engine,
     /// How requests are protected from the engine: `sealed` (default: every product on the
-    /// pod's CPU inside the CVM, the engine sees nothing) or `masked` (products on the
-    /// engine under GELO masks: weaker, see docs/SECURITY.md). Recorded in the attested
-    /// scheme.
+    /// pod's CPU inside the CVM, the engine sees nothing), `masked` (products on the
+    /// engine under GELO masks: weaker, see docs/SECURITY.md) or `dual-lpn` (int8 products
+    /// on the engine under dual-LPN masks: hidden under that assumption, see
+    /// docs/SECURITY.md). Recorded in the attested scheme; the pipeline's policy then
+    /// accepts that protection for its pods.
     #[serde(default)]
     pub protection: Protection,
     /// U-Verify probes per weight under `masked` (each misses a wrong product with
@@ -205,6 +207,11 @@ pub enum Protection {
     /// Products on the engine as GELO-masked operands: the engine can read prompt tokens
     /// from their row space and Gram (docs/SECURITY.md).
     Masked,
+    /// Every linear on the engine as an int8 product over `Z_{2^32}` under a dual-LPN mask:
+    /// computationally hidden from the engine under the dual-LPN assumption, with the
+    /// policy's `dual_lpn` requirements on the attested settings (docs/SECURITY.md).
+    #[serde(rename = "dual-lpn")]
+    DualLpn,
 }
 
 impl Protection {
@@ -212,6 +219,7 @@ impl Protection {
         match self {
             Self::Sealed => "sealed",
             Self::Masked => "masked",
+            Self::DualLpn => "dual-lpn",
         }
     }
 }

@@ -85,3 +85,18 @@ fn hex_parsing_is_exact() {
     assert_eq!(parse_hex::<2>("0aff00"), None);
     assert_eq!(parse_hex::<2>("0g00"), None);
 }
+
+#[test]
+fn the_protections_a_spec_names_reach_its_policy() {
+    let v = validate(&PrivateRAGPipelineSpec::test()).expect("valid");
+    assert_eq!(v.protections, vec!["sealed".to_string()]);
+    let mut spec = PrivateRAGPipelineSpec::test();
+    spec.generator.protection = crate::crd::Protection::DualLpn;
+    spec.embedder.protection = crate::crd::Protection::Masked;
+    let v = validate(&spec).expect("valid");
+    assert_eq!(v.protections, vec!["sealed".to_string(), "masked".to_string(), "dual-lpn".to_string()]);
+    // The CRD spelling is the one `gelo serve --protection` and the attested scheme use.
+    let parsed: crate::crd::Protection = serde_json::from_str("\"dual-lpn\"").expect("parses");
+    assert_eq!(parsed, crate::crd::Protection::DualLpn);
+    assert_eq!(parsed.as_str(), "dual-lpn");
+}

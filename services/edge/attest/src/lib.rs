@@ -37,7 +37,7 @@ pub use issuer::{
     HardwareIssuer, IssuedReport, MockCa, MockCrl, MockIssuer, MockPki, MockSettings, ReportIssuer, issue_evidence,
     issuer_from_env_or_default,
 };
-pub use policy::{CrlSource, Hex, MaskedRequirements, Policy, TrustedRoot};
+pub use policy::{CrlSource, DualLpnRequirements, Hex, MaskedRequirements, Policy, TrustedRoot};
 pub use ratls::ServerIdentity;
 pub use ratls::verifier::ExpectedPeer;
 pub use report::Tcb;

@@ -126,6 +126,36 @@ pub struct MaskedRequirements {
     pub min_verify_probes: u64,
 }
 
+/// What a model service running `dual-lpn` must have in its attested scheme
+/// (`protocol.lpn`), checked only when `protections` lists `dual-lpn`. The defaults are the
+/// project's defaults; the hiding estimate of docs/SECURITY.md holds for at most
+/// `max_rows_per_code` masked rows under one set of codes, so a scheme that reuses its codes
+/// longer is refused (`scheme_setting_not_allowed`, naming the field).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DualLpnRequirements {
+    /// Fewest integrity probes per weight (`protocol.lpn.probes`).
+    #[serde(default = "default_min_lpn_probes")]
+    pub min_probes: u64,
+    /// Most masked rows under one set of codes before they are redrawn
+    /// (`protocol.lpn.rows_per_code`).
+    #[serde(default = "default_max_rows_per_code")]
+    pub max_rows_per_code: u64,
+}
+
+fn default_min_lpn_probes() -> u64 {
+    4
+}
+fn default_max_rows_per_code() -> u64 {
+    1 << 20
+}
+
+impl Default for DualLpnRequirements {
+    fn default() -> Self {
+        Self { min_probes: default_min_lpn_probes(), max_rows_per_code: default_max_rows_per_code() }
+    }
+}
+
 fn default_mask_families() -> Vec<String> {
     vec!["auto".to_owned()]
 }
@@ -194,6 +224,9 @@ pub struct Policy {
     /// What `masked` must include when `protections` lists it.
     #[serde(default)]
     pub masked: MaskedRequirements,
+    /// What `dual-lpn` must include when `protections` lists it.
+    #[serde(default)]
+    pub dual_lpn: DualLpnRequirements,
     /// Check the certificates' notBefore/notAfter against the clock.
     #[serde(default = "yes")]
     pub check_certificate_validity: bool,
@@ -230,6 +263,7 @@ impl Default for Policy {
             roles: None,
             protections: default_protections(),
             masked: MaskedRequirements::default(),
+            dual_lpn: DualLpnRequirements::default(),
             check_certificate_validity: true,
             require_vcek_hwid: true,
             crls: Vec::new(),

@@ -495,9 +495,31 @@ fn model_services_must_run_the_protection_the_policy_names() {
         assert!(refused(role, Some("dual-lpn"), &p).contains("\"dual-lpn\""));
         assert!(refused(role, None, &p).contains("\"none\""));
     }
-    // Naming dual-lpn admits it (its settings are attested, no further requirements yet).
-    let (e, x) = with("embedder", Some("dual-lpn"));
-    assert!(v.verify(&e, &x, &policy().allow_protection("dual-lpn")).is_ok());
+    // Naming dual-lpn admits it with the project's settings; fewer probes, codes reused
+    // longer than the hiding estimate allows, or no settings at all are refused, naming the
+    // field, unless the policy relaxes them.
+    const LPN: &str = r#"{"executor":"dual-lpn","lpn":{"probes":4,"rows_per_code":1048576}}"#;
+    let lpn_policy = policy().allow_protection("dual-lpn");
+    let (e, x) = with_protocol("embedder", Some(LPN.to_owned()));
+    assert!(v.verify(&e, &x, &lpn_policy).is_ok());
+    for (weaker, field) in [
+        (LPN.replace(r#""probes":4"#, r#""probes":2"#), "protocol.lpn.probes"),
+        (LPN.replace("1048576", "1048577"), "protocol.lpn.rows_per_code"),
+        (r#"{"executor":"dual-lpn","lpn":{"probes":4}}"#.to_owned(), "protocol.lpn.rows_per_code"),
+        (r#"{"executor":"dual-lpn"}"#.to_owned(), "protocol.lpn.probes"),
+    ] {
+        let (e, x) = with_protocol("embedder", Some(weaker.clone()));
+        match v.verify(&e, &x, &lpn_policy) {
+            Err(err @ VerifyError::SchemeSettingNotAllowed { .. }) => {
+                assert!(err.to_string().contains(field), "{weaker}: {err}");
+            }
+            other => panic!("{weaker}: expected scheme_setting_not_allowed, got {other:?}"),
+        }
+    }
+    let mut lenient = policy().allow_protection("dual-lpn");
+    lenient.dual_lpn.min_probes = 2;
+    let (e, x) = with_protocol("embedder", Some(LPN.replace(r#""probes":4"#, r#""probes":2"#)));
+    assert!(v.verify(&e, &x, &lenient).is_ok(), "what the policy names is accepted");
     // A policy that names masked accepts it, and still refuses plaintext.
     let p = policy().allow_protection("masked");
     let (e, x) = with("generator", Some("masked"));

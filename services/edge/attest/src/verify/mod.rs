@@ -267,8 +267,10 @@ impl Verifier {
                     allowed: policy.protections.clone(),
                 });
             }
-            if protection == "masked" {
-                check_masked(&evidence.role, &scheme, &policy.masked)?;
+            match protection {
+                "masked" => check_masked(&evidence.role, &scheme, &policy.masked)?,
+                "dual-lpn" => check_dual_lpn(&evidence.role, &scheme, &policy.dual_lpn)?,
+                _ => {}
             }
         }
 
@@ -509,6 +511,30 @@ fn check_min_tcb(got: Tcb, min: Tcb) -> Result<(), VerifyError> {
         }
     }
     Ok(())
+}
+
+/// A dual-LPN scheme's settings against what the policy requires of them; a scheme that
+/// omits them is refused as if it had none.
+fn check_dual_lpn(
+    role: &str,
+    scheme: &serde_json::Value,
+    required: &crate::policy::DualLpnRequirements,
+) -> Result<(), VerifyError> {
+    let refuse = |field: &'static str, value: String, allowed: String| {
+        Err(VerifyError::SchemeSettingNotAllowed { role: role.to_owned(), field, value, allowed })
+    };
+    let probes = scheme.pointer("/protocol/lpn/probes").and_then(|p| p.as_u64()).unwrap_or(0);
+    if probes < required.min_probes {
+        return refuse("protocol.lpn.probes", probes.to_string(), format!(">= {}", required.min_probes));
+    }
+    match scheme.pointer("/protocol/lpn/rows_per_code").and_then(|r| r.as_u64()) {
+        Some(rows) if rows <= required.max_rows_per_code => Ok(()),
+        got => refuse(
+            "protocol.lpn.rows_per_code",
+            got.map_or_else(|| "none".to_owned(), |r| r.to_string()),
+            format!("<= {}", required.max_rows_per_code),
+        ),
+    }
 }
 
 /// A masked scheme's settings against what the policy requires of them.
