@@ -3,8 +3,9 @@
 container runtime here). For every Pod the controllers create it starts the container's
 command — the real `gelo` binary for the image — with the pod spec's args and environment
 (downward-API fields resolved), on a loopback address of its own, and writes the Pod's
-status back through the API: its IP, Running, Ready once the readiness probe's TCP port
-accepts (Ready once started when the container has no readiness probe). Deleted pods are
+status back through the API: its IP, Running, Ready once the readiness probe passes (an
+HTTP GET answered 2xx or 3xx on the named or numbered container port, or a TCP port that
+accepts; Ready once started when the container has no readiness probe). Deleted pods are
 stopped and their deletion confirmed. An exited process is restarted under restartPolicy
 Always (a Deployment's pods), and under OnFailure when it failed; otherwise the pod ends
 Succeeded or Failed with the exit code, which is what a Job's controller counts.
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ENV_HOOK = "e2e.gelo.dev/env"
 
@@ -135,6 +137,8 @@ class Kubelet:
         pod.container, pod.image = c["name"], c.get("image", "")
         pod.restart = obj["spec"].get("restartPolicy", "Always")
         pod.probed_port = "readinessProbe" in c
+        pod.probe_spec = c.get("readinessProbe") or {}
+        pod.ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
         vols = self.volumes(obj, pod)
         mounts = []
         for m in c.get("volumeMounts", []):
@@ -199,8 +203,20 @@ class Kubelet:
                 pod.proc.wait()
 
     def probe(self, pod):
+        spec = getattr(pod, "probe_spec", {})
+        if "httpGet" in spec:
+            get = spec["httpGet"]
+            port = get.get("port")
+            port = pod.ports.get(port, port) if isinstance(port, str) else port
+            try:
+                with urllib.request.urlopen(f"http://{pod.ip}:{port}{get.get('path', '/')}", timeout=0.5) as r:
+                    return 200 <= r.status < 400
+            except (OSError, ValueError):
+                return False
+        port = spec.get("tcpSocket", {}).get("port", self.a.port)
+        port = pod.ports.get(port, self.a.port) if isinstance(port, str) else port
         try:
-            with socket.create_connection((pod.ip, self.a.port), timeout=0.5):
+            with socket.create_connection((pod.ip, port), timeout=0.5):
                 return True
         except OSError:
             return False
@@ -267,7 +283,7 @@ def main():
     p.add_argument("--namespace", required=True)
     p.add_argument("--gelo", required=True, help="the binary every container image stands for")
     p.add_argument("--claim", action="append", default=[], help="NAME=DIR: the folder behind a PersistentVolumeClaim")
-    p.add_argument("--port", type=int, default=50051, help="the readiness probe's TCP port")
+    p.add_argument("--port", type=int, default=50051, help="a TCP readiness probe's port when it names none")
     p.add_argument("--work", required=True, help="folder for the pods' files and logs")
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)

@@ -232,6 +232,13 @@ answer="$(rag query --max-tokens 24 "Which pods does the GELO operator route to?
 [[ "$answer" == *"Sources:"*"[text-"* ]] || fail "the answer does not list the ingested passage: $answer"
 log "   answered: $(echo "$answer" | head -1 | cut -c1-100)"
 
+# Up to here every connection to a service's RA-TLS port was a client that verifies it; the
+# probes ask the metrics port, so no service logged a handshake cut short. (Step 6 makes
+# the gateway refuse a pod mid-handshake on purpose.)
+if grep -l "RA-TLS handshake failed" "$work"/pods/*.log; then
+  fail "a service logged an RA-TLS handshake cut short: $(grep -h "RA-TLS handshake failed" "$work"/pods/*.log | head -3)"
+fi
+
 log "6. a pod restarted with another launch measurement gets no request and leaves the routes"
 # Embed calls a pod served, from its metrics port (the count restarts with its process).
 embeds() {

@@ -16,10 +16,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector,
+    Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
     PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
+    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -428,16 +428,29 @@ fn container(
                 ..Default::default()
             },
         ]),
-        // A TCP probe: kubelet's gRPC probe cannot speak RA-TLS. `gelo` binds only after the
-        // model is loaded and checked, so an open port means "ready to be attested".
-        readiness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction { port: IntOrString::String(GRPC_PORT_NAME.into()), host: None }),
-            period_seconds: Some(5),
-            ..Default::default()
-        }),
+        // The probes ask the plain-HTTP metrics port (`/readyz`: serving; `/healthz`: not
+        // failed), never the RA-TLS port: kubelet's gRPC probe cannot speak RA-TLS, and a
+        // TCP probe there is a handshake cut short that the service logs every period.
+        readiness_probe: Some(http_probe("/readyz", 5, 1)),
+        liveness_probe: Some(http_probe("/healthz", 10, 3)),
         resources: resources(view),
         volume_mounts: Some(mounts),
         security_context: Some(container_security()),
+        ..Default::default()
+    }
+}
+
+/// An HTTP GET of `path` on the metrics port every `period` seconds, failing after
+/// `failures` misses in a row.
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String(METRICS_PORT_NAME.into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
         ..Default::default()
     }
 }

@@ -203,6 +203,14 @@ async fn every_owned_object_is_created_with_an_owner_reference() {
     // U-Verify at the services' default, explicit in the pod (it matters under masked).
     let probes = args.iter().position(|a| *a == "--verify-probes").map(|i| args[i + 1]);
     assert_eq!(probes, Some("2"), "{args:?}");
+    // The probes ask the plain metrics port, never the RA-TLS port (a TCP probe there is a
+    // handshake cut short, logged by the service every period).
+    let c = generator.pointer("/spec/template/spec/containers/0").expect("container");
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        assert_eq!(c.pointer(&format!("/{probe}/httpGet/path")), Some(&json!(path)), "{probe}");
+        assert_eq!(c.pointer(&format!("/{probe}/httpGet/port")), Some(&json!("metrics")), "{probe}");
+        assert_eq!(c.pointer(&format!("/{probe}/tcpSocket")), None, "{probe}");
+    }
     // Services route only to attested pods.
     let svc = w.api.get(SERVICES, NS, "demo-gateway").expect("gateway service");
     assert_eq!(svc.pointer("/spec/selector/gelo.dev~1attested"), Some(&json!("true")));
