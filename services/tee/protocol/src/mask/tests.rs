@@ -225,4 +225,3 @@ fn small_blocks_mask_with_prepared_shields_and_recover_exactly() {
     let big = BlockMask::sample(Family::Hd3, 128, &mut rng);
     assert!(small::split(&big, 100).is_none());
 }
-
