@@ -12,7 +12,9 @@ use std::{
 use serde::{Deserialize, Serialize};
 use server::config::{Layered, Sources, layers::comma_list};
 
-use crate::{BackendSpec, GatewayConfig, GatewayError, Result, Role, RoutesSource, Settings, VerifyTiming};
+use crate::{
+    BackendSpec, GatewayConfig, GatewayError, Result, Role, RoutesSource, Settings, VerifyTiming, http::AccessConfig,
+};
 
 /// Everything `gelo gateway` reads, by flag name (`GELO_<FLAG>`, `flag-name:` in a file);
 /// the flags are documented in `gelo gateway --help` and docs/GATEWAY.md.
@@ -28,6 +30,17 @@ pub struct GatewayOptions {
     pub metrics_listen: Option<SocketAddr>,
     pub http_listen: Option<SocketAddr>,
     pub http_allow_remote: bool,
+    /// The HTTP port's API keys (SHA-256 digests, one per line); re-read when it changes.
+    pub api_keys_file: Option<PathBuf>,
+    /// Serve the HTTP API without keys (instead of `api-keys-file`).
+    pub http_unauthenticated: bool,
+    /// More `Host` names the HTTP port answers to: a comma-separated string or a list.
+    #[serde(deserialize_with = "comma_list")]
+    pub http_allowed_hosts: Vec<String>,
+    /// Requests per second per API key, on average.
+    pub http_rate_limit: f64,
+    /// Requests an API key may send at once.
+    pub http_rate_burst: u32,
     pub insecure: bool,
     pub client_policy: Option<PathBuf>,
     pub policy: Option<PathBuf>,
@@ -71,6 +84,7 @@ pub struct GatewayOptions {
 impl Default for GatewayOptions {
     fn default() -> Self {
         let s = Settings::default();
+        let access = AccessConfig::default();
         GatewayOptions {
             model: PathBuf::new(),
             expect_identity: None,
@@ -79,6 +93,11 @@ impl Default for GatewayOptions {
             metrics_listen: None,
             http_listen: None,
             http_allow_remote: false,
+            api_keys_file: None,
+            http_unauthenticated: false,
+            http_allowed_hosts: vec![],
+            http_rate_limit: access.rate_per_second,
+            http_rate_burst: access.burst,
             insecure: false,
             client_policy: None,
             policy: None,
@@ -207,9 +226,20 @@ impl GatewayOptions {
             max_document_bytes: self.max_document_bytes,
             ..Settings::default()
         };
+        let (backends, routes) = (self.backends()?, self.routes()?);
+        let http_access = AccessConfig {
+            api_keys_file: self.api_keys_file,
+            unauthenticated: self.http_unauthenticated,
+            allowed_hosts: self.http_allowed_hosts,
+            rate_per_second: self.http_rate_limit,
+            burst: self.http_rate_burst,
+        };
+        if self.http_listen.is_some() {
+            http_access.validate()?;
+        }
         Ok(GatewayConfig {
-            backends: self.backends()?,
-            routes: self.routes()?,
+            backends,
+            routes,
             expect_identity: identity("expect-identity", self.expect_identity.as_deref())?,
             timing: VerifyTiming {
                 interval: seconds("verify-interval", self.verify_interval)?,
@@ -222,6 +252,7 @@ impl GatewayOptions {
             metrics_listen: self.metrics_listen,
             http_listen: self.http_listen,
             http_allow_remote: self.http_allow_remote,
+            http_access,
             insecure: self.insecure,
             client_policy: self.client_policy,
             policy: self.policy,
@@ -299,5 +330,23 @@ mod tests {
         let no_identity = GatewayOptions { generator: vec!["g:1".into()], routes_file: None, ..both };
         let err = no_identity.into_config(Path::new("/d")).unwrap_err().to_string();
         assert!(err.contains("--generator-identity"), "{err}");
+    }
+
+    #[test]
+    fn an_http_port_needs_a_keys_file_or_the_unauthenticated_switch() {
+        let env = env(&[("GELO_HTTP_ALLOWED_HOSTS", "gelo.internal, proxy:443"), ("GELO_HTTP_RATE_BURST", "7")]);
+        let flags = json!({ "model": "/m", "http-listen": "127.0.0.1:8080" });
+        let options = GatewayOptions::load(&Sources { file: None, env, flags }).unwrap();
+        let err = options.clone().into_config(Path::new("/d")).unwrap_err().to_string();
+        assert!(err.contains("--api-keys-file") && err.contains("--http-unauthenticated"), "{err}");
+        let keys = GatewayOptions { api_keys_file: Some("/k".into()), ..options.clone() };
+        let access = keys.into_config(Path::new("/d")).unwrap().http_access;
+        assert_eq!(access.api_keys_file, Some(PathBuf::from("/k")));
+        assert_eq!(access.allowed_hosts, ["gelo.internal", "proxy:443"]);
+        assert_eq!((access.burst, access.rate_per_second), (7, AccessConfig::default().rate_per_second));
+        let open = GatewayOptions { http_unauthenticated: true, ..options.clone() };
+        assert!(open.into_config(Path::new("/d")).unwrap().http_access.unauthenticated);
+        // Without an HTTP port there is nothing to authenticate.
+        assert!(GatewayOptions { http_listen: None, ..options }.into_config(Path::new("/d")).is_ok());
     }
 }

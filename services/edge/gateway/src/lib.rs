@@ -13,7 +13,8 @@
 //! - [`prompt`]: the RAG prompt and citation checking.
 //! - [`grpc`], [`http`]: the two front doors; the HTTP one is OpenAI-compatible and also
 //!   serves `http::documents` (add documents), `http::trust` (the backends' verified
-//!   state) and [`console`] (the web page).
+//!   state) and [`console`] (the web page), all behind `http::access` (`Host`, `Origin`,
+//!   API keys from `http::keys`, a rate per key).
 //! - [`error`]: the one error type and its gRPC mapping.
 //!
 //! [`run`] puts them together: the `gelo gateway` command is a thin shell around it, reading
@@ -62,6 +63,8 @@ pub struct GatewayConfig {
     pub http_listen: Option<SocketAddr>,
     /// Allow plain HTTP on a non-loopback address.
     pub http_allow_remote: bool,
+    /// Who may use the HTTP port: API keys, rate limit, `Host` names.
+    pub http_access: http::AccessConfig,
     /// Plain gRPC for clients (nothing attested on the front door).
     pub insecure: bool,
     /// Require RA-TLS clients satisfying this policy (mutual RA-TLS on the front door).
@@ -188,7 +191,8 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
 
     let shutdown = shutdown.shared();
     if let Some(l) = http_listener {
-        let app = http::router(pipeline.clone(), metrics.clone());
+        let access = http::Access::new(&cfg.http_access, local(&l)?)?;
+        let app = http::router(pipeline.clone(), metrics.clone(), access);
         let stop = shutdown.clone();
         tokio::spawn(async move {
             if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {

@@ -9,7 +9,12 @@ use api::v1::{EmbedRequest, EmbedResponse, Embedding, embedder_server};
 use attest::{
     MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot, issuer::default_mock_measurement,
 };
-use gateway::{BackendSpec, Pipeline, Pool, Role, Settings, VerifyTiming, chunker::Chunker, docstore};
+use gateway::{
+    BackendSpec, Pipeline, Pool, Role, Settings, VerifyTiming,
+    chunker::Chunker,
+    docstore,
+    http::{Access, AccessConfig},
+};
 use serde_json::{Value, json};
 use server::serve::{ServeOptions, Transport, health, serve};
 use tokio::{
@@ -108,9 +113,12 @@ async fn gateway(specs: &[BackendSpec], data: &std::path::Path) -> SocketAddr {
     let settings = Settings { max_document_bytes: MAX_DOCUMENT_BYTES, ..Default::default() };
     let chunker = Chunker::load(&minilm(), 200, 40).unwrap();
     let pipeline = Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings });
-    let app = gateway::http::router(pipeline, server::Metrics::new("gateway"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    // These tests are about the routes: keys, Host and Origin are tests/http_access.rs's.
+    let open = AccessConfig { unauthenticated: true, ..AccessConfig::default() };
+    let access = Access::new(&open, addr).unwrap();
+    let app = gateway::http::router(pipeline, server::Metrics::new("gateway"), access);
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr
 }
@@ -139,7 +147,7 @@ async fn call(addr: SocketAddr, method: &str, path: &str, content_type: Option<&
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let ct = content_type.map(|c| format!("Content-Type: {c}\r\n")).unwrap_or_default();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();

@@ -20,6 +20,10 @@
 //! matching HTTP status. Plain HTTP: bind it to loopback (the default) or put it behind
 //! something that terminates TLS inside the same trust boundary.
 //!
+//! Every request passes [`access`] first: its `Host` and `Origin` must be this gateway's,
+//! and every route but the console's files and `/openapi.json` needs an API key
+//! ([`keys`]), within its rate ([`ratelimit`]).
+//!
 //! This module holds the router, the shared state, the error type and the small routes
 //! (`/v1/models`, `/openapi.json`); the model routes live in `embeddings`, `rerank` and
 //! `chat` (plain and `gelo-rag` chat completions, whole or streamed).
@@ -32,7 +36,8 @@ use std::{
 use axum::{
     Json, Router,
     extract::{DefaultBodyLimit, State, rejection::JsonRejection},
-    http::StatusCode,
+    http::{HeaderName, HeaderValue, StatusCode},
+    middleware::from_fn_with_state,
     response::{IntoResponse, Response},
     routing::{get, post},
 };
@@ -44,11 +49,16 @@ use attest::Role;
 
 use crate::{error::GatewayError, pipeline::Pipeline};
 
+pub mod access;
 mod chat;
 pub mod documents;
 mod embeddings;
+pub mod keys;
+mod ratelimit;
 mod rerank;
 pub mod trust;
+
+pub use access::{Access, AccessConfig};
 
 use chat::chat;
 use embeddings::embeddings;
@@ -69,7 +79,9 @@ pub(crate) struct AppState {
 
 pub(crate) type St = State<Arc<AppState>>;
 
-pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
+/// The HTTP port's routes, every one behind `access`.
+pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics, access: Access) -> Router {
+    let guard = Arc::new(access::Guard { access, metrics: metrics.clone() });
     Router::new()
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/chat/completions", post(chat))
@@ -91,6 +103,8 @@ pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        // Outermost: nothing runs, not even the body limit or a fallback, before it.
+        .layer(from_fn_with_state(guard, access::guard))
         .with_state(Arc::new(AppState { pipeline, metrics }))
 }
 
@@ -104,11 +118,14 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     param: Option<&'static str>,
+    /// `WWW-Authenticate` of a 401, `Retry-After` of a 429.
+    /// Boxed: errors travel in every handler's `Result`, and a header is rare.
+    header: Option<Box<(HeaderName, HeaderValue)>>,
 }
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, kind, code, message: message.into(), param: None }
+        ApiError { status, kind, code, message: message.into(), param: None, header: None }
     }
 
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
@@ -117,6 +134,11 @@ impl ApiError {
 
     pub(crate) fn param(mut self, p: &'static str) -> Self {
         self.param = Some(p);
+        self
+    }
+
+    pub(crate) fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.header = Some(Box::new((name, value)));
         self
     }
 
@@ -148,6 +170,8 @@ impl ApiError {
     fn grpc_code(&self) -> Code {
         match self.status.as_u16() {
             400 | 404 | 405 | 413 | 415 | 422 => Code::InvalidArgument,
+            401 => Code::Unauthenticated,
+            403 | 421 => Code::PermissionDenied,
             429 => Code::ResourceExhausted,
             503 => Code::Unavailable,
             504 => Code::DeadlineExceeded,
@@ -158,7 +182,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let body = Json(self.body());
+        match self.header {
+            Some(h) => (self.status, [*h], body).into_response(),
+            None => (self.status, body).into_response(),
+        }
     }
 }
 

@@ -1,0 +1,334 @@
+//! The HTTP port's access checks on the gateway's real router over real TCP: API keys on
+//! every API route (missing, malformed, wrong; rotated and revoked without a restart; a
+//! broken keys file failing closed), the rate per key, and the `Host` and `Origin` checks
+//! that stop DNS-rebinding and cross-origin pages. The pipeline has no backends: a request
+//! that passes the checks reaches its route, which answers (or fails closed with 503).
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use attest::Policy;
+use gateway::{
+    Pipeline, Pool, Settings, VerifyTiming,
+    chunker::Chunker,
+    docstore,
+    http::{
+        Access, AccessConfig,
+        keys::{self, ApiKey},
+    },
+};
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+
+fn minilm() -> PathBuf {
+    let root = std::env::var_os("GELO_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/gelo"));
+    let p = root.join("models/all-minilm-l6-v2");
+    assert!(p.exists(), "{} is missing: run scripts/fetch-models.sh", p.display());
+    p
+}
+
+/// A gateway's HTTP port with the keys of `keys` in its keys file, `cfg` for the rest.
+struct Gateway {
+    addr: SocketAddr,
+    keys_file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn gateway(cfg: AccessConfig, keys: &[&ApiKey]) -> Gateway {
+    let dir = tempfile::tempdir().unwrap();
+    let keys_file = dir.path().join("api-keys");
+    for k in keys {
+        keys::append(&keys_file, &k.digest(), None).unwrap();
+    }
+    let timing = VerifyTiming {
+        interval: Duration::from_secs(30),
+        retry: Duration::from_secs(5),
+        timeout: Duration::from_secs(5),
+    };
+    let pool = Pool::new(Policy::default(), None, timing);
+    let key = docstore::sealing_key(&docstore::KeySource::File(dir.path().join("sealing.key"))).unwrap();
+    let store = docstore::DocStore::open(&dir.path().join("store"), key).unwrap();
+    let chunker = Chunker::load(&minilm(), 200, 40).unwrap();
+    let settings = Settings::default();
+    let pipeline = Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cfg = AccessConfig { api_keys_file: Some(keys_file.clone()), ..cfg };
+    let access = Access::new(&cfg, addr).unwrap();
+    let app = gateway::http::router(pipeline, server::Metrics::new("gateway"), access);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Gateway { addr, keys_file, _dir: dir }
+}
+
+struct Reply {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+
+    /// An OpenAI-shaped refusal with this status, type and code.
+    fn refused(&self, status: u16, kind: &str, code: &str) {
+        assert_eq!(self.status, status, "{}\n{}", self.head, self.body);
+        let e = &self.json()["error"];
+        assert_eq!((e["type"].as_str(), e["code"].as_str()), (Some(kind), Some(code)), "{}", self.body);
+        assert!(e["param"].is_null() && e["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", self.body);
+        assert!(self.header("access-control-allow-origin").is_none(), "no CORS: {}", self.head);
+    }
+}
+
+/// One HTTP/1.1 request; `Host` is the gateway's address unless `headers` give one.
+struct Req {
+    addr: SocketAddr,
+    line: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+fn req(addr: SocketAddr, method: &str, path: &str) -> Req {
+    Req { addr, line: format!("{method} {path} HTTP/1.1"), headers: vec![], body: String::new() }
+}
+
+impl Req {
+    fn h(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    fn key(self, key: &ApiKey) -> Self {
+        self.h("Authorization", &format!("Bearer {}", key.expose()))
+    }
+
+    fn json(mut self, body: &Value) -> Self {
+        self.body = body.to_string();
+        self.h("Content-Type", "application/json")
+    }
+
+    async fn send(self) -> Reply {
+        let mut text = format!("{}\r\n", self.line);
+        if !self.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) && self.line.ends_with("1.1") {
+            text.push_str(&format!("Host: {}\r\n", self.addr));
+        }
+        for (k, v) in &self.headers {
+            text.push_str(&format!("{k}: {v}\r\n"));
+        }
+        text.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n{}", self.body.len(), self.body));
+        let mut s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        s.write_all(text.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no reply head: {text:?}"));
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        Reply { status, head: head.to_string(), body: body.to_string() }
+    }
+}
+
+const API: &[(&str, &str)] = &[
+    ("GET", "/v1/models"),
+    ("GET", "/v1/trust"),
+    ("POST", "/v1/documents"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/embeddings"),
+    ("POST", "/v1/rerank"),
+    ("GET", "/v1/nothing"),
+    ("POST", "/openapi.json"),
+    ("DELETE", "/"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_route_needs_a_key_and_a_refusal_is_openai_shaped() {
+    let (key, other) = (ApiKey::generate(), ApiKey::generate());
+    let gw = gateway(AccessConfig::default(), &[&key]).await;
+    let a = gw.addr;
+    let doc = json!({ "documents": [{ "name": "a.txt", "text": "Some text." }] });
+    for (method, path) in API {
+        let r = req(a, method, path).json(&doc).send().await;
+        r.refused(401, "invalid_request_error", "invalid_api_key");
+        assert_eq!(r.header("www-authenticate").as_deref(), Some("Bearer realm=\"gelo\""), "{method} {path}");
+        let r = req(a, method, path).key(&other).json(&doc).send().await;
+        r.refused(401, "invalid_request_error", "invalid_api_key");
+        assert!(r.header("www-authenticate").unwrap().starts_with("Bearer "), "{}", r.head);
+        assert!(!r.body.contains(other.expose()) && !r.body.contains(key.expose()), "{}", r.body);
+    }
+    for bad in [format!("Basic {}", key.expose()), "Bearer".into(), format!("Bearer {} x", key.expose())] {
+        req(a, "GET", "/v1/models").h("Authorization", &bad).send().await.refused(
+            401,
+            "invalid_request_error",
+            "invalid_api_key",
+        );
+    }
+
+    // With the key each request reaches its route.
+    let models = req(a, "GET", "/v1/models").key(&key).send().await;
+    assert_eq!((models.status, models.json()["object"].as_str()), (200, Some("list")), "{}", models.body);
+    assert_eq!(req(a, "GET", "/v1/trust").key(&key).send().await.status, 200);
+    let added = req(a, "POST", "/v1/documents").key(&key).json(&doc).send().await;
+    added.refused(503, "server_error", "service_unavailable");
+    req(a, "GET", "/v1/nothing").key(&key).send().await.refused(404, "invalid_request_error", "not_found");
+
+    // The console's files and the OpenAPI document need no key: nothing in them is the store's.
+    for path in ["/", "/console/console.js", "/console/console.css", "/openapi.json"] {
+        let r = req(a, "GET", path).send().await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+    assert_eq!(req(a, "HEAD", "/").send().await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_or_origin_is_refused_even_with_the_key() {
+    let key = ApiKey::generate();
+    let cfg = AccessConfig { allowed_hosts: vec!["gelo.internal".into()], ..AccessConfig::default() };
+    let gw = gateway(cfg, &[&key]).await;
+    let (a, port) = (gw.addr, gw.addr.port());
+    let get = |path: &str| req(a, "GET", path).key(&key);
+
+    // DNS rebinding: the page's own name arrives as Host. Nothing is served, the console
+    // page neither.
+    let evil = format!("evil.example:{port}");
+    for path in ["/v1/trust", "/", "/openapi.json"] {
+        get(path).h("Host", &evil).send().await.refused(421, "invalid_request_error", "host_not_allowed");
+    }
+    let doc = json!({ "documents": [{ "name": "a.txt", "text": "x" }] });
+    let r = req(a, "POST", "/v1/documents").key(&key).h("Host", &evil).json(&doc).send().await;
+    r.refused(421, "invalid_request_error", "host_not_allowed");
+    for bad in
+        [format!("localhost:{}", port.wrapping_add(1)), "localhost".into(), format!("127.0.0.1.evil.example:{port}")]
+    {
+        get("/v1/models").h("Host", &bad).send().await.refused(421, "invalid_request_error", "host_not_allowed");
+    }
+    let absolute = Req { line: format!("GET http://evil.example:{port}/v1/models HTTP/1.1"), ..get("/") };
+    absolute.send().await.refused(421, "invalid_request_error", "host_not_allowed");
+    let no_host = Req { line: "GET /v1/models HTTP/1.0".into(), ..get("/") };
+    no_host.send().await.refused(421, "invalid_request_error", "host_not_allowed");
+    // The same requests under the gateway's own names pass.
+    for good in
+        [format!("localhost:{port}"), format!("127.0.0.1:{port}"), format!("[::1]:{port}"), "gelo.internal".into()]
+    {
+        let r = get("/v1/models").h("Host", &good).send().await;
+        assert_eq!(r.status, 200, "{good}: {}", r.body);
+    }
+
+    // Another origin: refused before the route runs (403, not the route's 503), preflight
+    // included, and no CORS header ever tells a browser it may read an answer.
+    let foreign =
+        [format!("http://evil.example:{port}"), format!("http://127.0.0.1:{}", port.wrapping_add(1)), "null".into()];
+    for origin in &foreign {
+        let r = req(a, "POST", "/v1/documents").key(&key).h("Origin", origin).json(&doc).send().await;
+        r.refused(403, "invalid_request_error", "origin_not_allowed");
+        get("/v1/trust").h("Origin", origin).send().await.refused(403, "invalid_request_error", "origin_not_allowed");
+        let preflight = req(a, "OPTIONS", "/v1/chat/completions")
+            .h("Origin", origin)
+            .h("Access-Control-Request-Method", "POST")
+            .h("Access-Control-Request-Headers", "authorization,content-type")
+            .send()
+            .await;
+        preflight.refused(403, "invalid_request_error", "origin_not_allowed");
+    }
+    let cross = get("/v1/trust").h("Sec-Fetch-Site", "cross-site").send().await;
+    cross.refused(403, "invalid_request_error", "origin_not_allowed");
+    // The console's own calls: same origin.
+    for origin in
+        [format!("http://127.0.0.1:{port}"), format!("http://localhost:{port}"), "https://gelo.internal".into()]
+    {
+        let r = get("/v1/trust").h("Origin", &origin).h("Sec-Fetch-Site", "same-origin").send().await;
+        assert_eq!(r.status, 200, "{origin}: {}", r.body);
+        assert!(r.header("access-control-allow-origin").is_none(), "{}", r.head);
+    }
+}
+
+/// Replaces the keys file as an editor or `gelo api-key revoke` would: whole, by rename.
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Polls `/v1/models` with `key` until it answers `status`; returns how long that took.
+async fn until(a: SocketAddr, key: &ApiKey, status: u16) -> Duration {
+    let t = Instant::now();
+    loop {
+        let got = req(a, "GET", "/v1/models").key(key).send().await.status;
+        if got == status {
+            return t.elapsed();
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{} still answers {got}, not {status}", key.digest().id());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_rotate_and_revoke_without_a_restart_and_a_broken_file_fails_closed() {
+    let (old, new, third) = (ApiKey::generate(), ApiKey::generate(), ApiKey::generate());
+    let gw = gateway(AccessConfig::default(), &[&old]).await;
+    let (a, file) = (gw.addr, gw.keys_file.clone());
+    assert_eq!(req(a, "GET", "/v1/models").key(&old).send().await.status, 200);
+    assert_eq!(req(a, "GET", "/v1/models").key(&new).send().await.status, 401);
+
+    // Rotation: the new key replaces the old one in the file.
+    replace(&file, &format!("{}{}\n", keys::FILE_HEADER, new.digest().line(Some("rotated"))));
+    let took = until(a, &old, 401).await;
+    assert!(took < Duration::from_millis(2500), "the old key was refused after {took:?}");
+    assert_eq!(req(a, "GET", "/v1/models").key(&new).send().await.status, 200);
+
+    // A key appended in place (same inode, the file only grows) is picked up too.
+    keys::append(&file, &third.digest(), Some("third")).unwrap();
+    until(a, &third, 200).await;
+
+    // A bad edit refuses every key until it is fixed: a revocation is never undone by it.
+    replace(&file, "sha256:not-a-digest\n");
+    until(a, &new, 401).await;
+    assert_eq!(req(a, "GET", "/v1/models").key(&third).send().await.status, 401);
+    std::fs::remove_file(&file).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(req(a, "GET", "/v1/models").key(&third).send().await.status, 401, "a missing file accepts nothing");
+    keys::append(&file, &new.digest(), None).unwrap();
+    keys::append(&file, &third.digest(), Some("third")).unwrap();
+    until(a, &new, 200).await;
+
+    // Revocation by name.
+    keys::remove(&file, "third").unwrap();
+    until(a, &third, 401).await;
+    assert_eq!(req(a, "GET", "/v1/models").key(&new).send().await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_has_its_own_rate_and_a_429_says_when_to_retry() {
+    let (a_key, b_key) = (ApiKey::generate(), ApiKey::generate());
+    let cfg = AccessConfig { rate_per_second: 0.5, burst: 2, ..AccessConfig::default() };
+    let gw = gateway(cfg, &[&a_key, &b_key]).await;
+    let a = gw.addr;
+    for _ in 0..2 {
+        assert_eq!(req(a, "GET", "/v1/models").key(&a_key).send().await.status, 200);
+    }
+    let r = req(a, "GET", "/v1/models").key(&a_key).send().await;
+    r.refused(429, "rate_limit_error", "rate_limit_exceeded");
+    let retry: u64 = r.header("retry-after").expect("Retry-After").parse().unwrap();
+    assert!((1..=2).contains(&retry), "retry after {retry} s");
+    assert_eq!(req(a, "GET", "/v1/models").key(&b_key).send().await.status, 200, "another key is not slowed");
+    // Refused requests without a key take nothing from anyone's bucket.
+    for _ in 0..5 {
+        assert_eq!(req(a, "GET", "/v1/models").send().await.status, 401);
+    }
+    assert_eq!(req(a, "GET", "/v1/models").key(&b_key).send().await.status, 200);
+}
