@@ -1,6 +1,7 @@
 //! `gelo up` as a user meets it: one command starts the pipeline, `gelo ingest` / `search` /
 //! `query` talk to it, a Query streams passages then a cited answer, the OpenAI-compatible
-//! HTTP API answers, and SIGTERM stops every process.
+//! HTTP API answers with the key `gelo up` printed (and only with it), and SIGTERM stops
+//! every process.
 
 use std::{
     collections::HashMap,
@@ -26,6 +27,8 @@ struct Up {
     ready: HashMap<String, String>,
     services: Vec<HashMap<String, String>>,
     log: PathBuf,
+    /// The HTTP API's key, as `gelo up` printed it on stderr.
+    key: String,
 }
 
 fn fields(line: &str) -> HashMap<String, String> {
@@ -66,7 +69,14 @@ impl Up {
         let ready = ready.unwrap_or_else(|| {
             panic!("gelo up did not become ready:\n{}", std::fs::read_to_string(&log).unwrap_or_default())
         });
-        Up { child, state: state.to_path_buf(), ready, services, log }
+        let printed = std::fs::read_to_string(&log).unwrap();
+        let keys: Vec<&str> = printed
+            .match_indices("export OPENAI_API_KEY=")
+            .filter_map(|(at, m)| printed[at + m.len()..].split_whitespace().next())
+            .collect();
+        assert!(keys.len() == 1 && keys[0].starts_with("gelo-"), "gelo up prints one API key: {keys:?}");
+        let key = keys[0].to_string();
+        Up { child, state: state.to_path_buf(), ready, services, log, key }
     }
 
     fn http(&self) -> SocketAddr {
@@ -102,13 +112,14 @@ fn pid_alive(pid: &str) -> bool {
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
 }
 
-/// Minimal HTTP/1.1 POST of JSON; returns status and body.
-async fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String) {
+/// Minimal HTTP/1.1 POST of JSON with `key`, if any; returns status and body.
+async fn post(addr: SocketAddr, key: Option<&str>, path: &str, body: &Value) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = body.to_string();
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
     let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
@@ -196,7 +207,7 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
     assert!(out.contains("Sources:") && out.contains("rail.txt#0"), "{out}");
 
     // 3. The OpenAI-compatible API.
-    openai_api(up.http()).await;
+    openai_api(up.http(), &up.key).await;
 
     // 4. SIGTERM stops every process.
     let pids: Vec<String> = up.services.iter().map(|s| s["pid"].clone()).collect();
@@ -232,6 +243,10 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
         "green tea",
         "honey bees use",
     ];
+    // The key is printed once, to gelo up's user (its stderr, `logs[0]`); no service logs it.
+    for log in &logs[1..] {
+        assert!(!log.contains(&up.key), "the API key in a service log");
+    }
     for log in &logs {
         for s in secrets {
             if let Some(at) = log.find(s) {
@@ -311,9 +326,15 @@ async fn grpc_api(up: &Up) {
 
 /// The OpenAI-compatible API: embeddings (float and base64), chat (whole and streamed),
 /// `gelo-rag`, rerank, and a JSON error for each bad request.
-async fn openai_api(http: SocketAddr) {
+async fn openai_api(http: SocketAddr, key: &str) {
+    // Without the key: 401, before anything reaches a model.
     let (code, body) =
-        post(http, "/v1/embeddings", &json!({"model": "gelo-embedder", "input": ["green tea", "railway"]})).await;
+        post(http, None, "/v1/chat/completions", &json!({"model": "gelo-generator", "messages": []})).await;
+    assert_eq!(code, 401, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "invalid_api_key");
+    let key = Some(key);
+    let (code, body) =
+        post(http, key, "/v1/embeddings", &json!({"model": "gelo-embedder", "input": ["green tea", "railway"]})).await;
     assert_eq!(code, 200, "{body}");
     let floats: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(floats["data"].as_array().unwrap().len(), 2);
@@ -323,6 +344,7 @@ async fn openai_api(http: SocketAddr) {
     assert!(floats["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
     let (code, body) = post(
         http,
+        key,
         "/v1/embeddings",
         &json!({"model": "gelo-embedder", "input": "green tea", "encoding_format": "base64"}),
     )
@@ -335,7 +357,7 @@ async fn openai_api(http: SocketAddr) {
     assert!(models::ops::cosine(&v0, &v1) > 0.9999, "base64 and float encodings of the same text differ");
 
     let chat = json!({"model": "gelo-generator", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 6, "temperature": 0});
-    let (code, body) = post(http, "/v1/chat/completions", &chat).await;
+    let (code, body) = post(http, key, "/v1/chat/completions", &chat).await;
     assert_eq!(code, 200, "{body}");
     let c: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(c["object"], "chat.completion");
@@ -346,7 +368,7 @@ async fn openai_api(http: SocketAddr) {
     let mut streamed = chat.clone();
     streamed["stream"] = json!(true);
     streamed["stream_options"] = json!({"include_usage": true});
-    let (code, body) = post(http, "/v1/chat/completions", &streamed).await;
+    let (code, body) = post(http, key, "/v1/chat/completions", &streamed).await;
     assert_eq!(code, 200, "{body}");
     let events: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
     assert_eq!(events.last(), Some(&"[DONE]"), "{body}");
@@ -360,7 +382,7 @@ async fn openai_api(http: SocketAddr) {
 
     let rag = json!({"model": "gelo-rag", "messages": [{"role": "user", "content": "What do honey bees use the waggle dance for?"}],
                      "max_tokens": 32, "temperature": 0, "rerank": false, "top_k": 2});
-    let (code, body) = post(http, "/v1/chat/completions", &rag).await;
+    let (code, body) = post(http, key, "/v1/chat/completions", &rag).await;
     assert_eq!(code, 200, "{body}");
     let r: Value = serde_json::from_str(&body).unwrap();
     let passage_ids: Vec<&str> = r["passages"].as_array().unwrap().iter().map(|p| p["id"].as_str().unwrap()).collect();
@@ -370,13 +392,13 @@ async fn openai_api(http: SocketAddr) {
     }
 
     let rerank = json!({"model": "gelo-reranker", "query": "capital of France", "documents": ["Paris is the capital of France.", {"text": "Bees dance."}], "top_n": 1});
-    let (code, body) = post(http, "/v1/rerank", &rerank).await;
+    let (code, body) = post(http, key, "/v1/rerank", &rerank).await;
     assert_eq!(code, 200, "{body}");
     let rr: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(rr["results"].as_array().unwrap().len(), 1);
     assert!(rr["results"][0]["index"].as_u64().unwrap() < 2 && rr["results"][0]["relevance_score"].is_number());
 
-    let (code, body) = post(http, "/v1/models", &json!({})).await;
+    let (code, body) = post(http, key, "/v1/models", &json!({})).await;
     assert_eq!(code, 405, "{body}");
     for (path, body, want) in [
         ("/v1/embeddings", json!({"model": "text-embedding-3-small", "input": "x"}), 404),
@@ -397,7 +419,7 @@ async fn openai_api(http: SocketAddr) {
         ("/v1/rerank", json!({"query": "q", "documents": []}), 400),
         ("/v1/nothing", json!({}), 404),
     ] {
-        let (code, text) = post(http, path, &body).await;
+        let (code, text) = post(http, key, path, &body).await;
         let short = |s: String| s.chars().take(300).collect::<String>();
         assert_eq!(code, want, "{path} {}: {}", short(body.to_string()), short(text.clone()));
         let e: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));

@@ -43,6 +43,9 @@ enum Command {
     Gateway(Box<commands::gateway::GatewayArgs>),
     /// Run the whole pipeline on this machine (mock attestation) until Ctrl-C.
     Up(commands::up::UpArgs),
+    /// API keys of the gateway's HTTP port: new, list, revoke.
+    #[command(subcommand)]
+    ApiKey(commands::api_key::ApiKeyCommand),
     /// Ingest files into the running gateway's store (`gelo rag ingest`).
     Ingest(commands::rag::IngestArgs),
     /// Ask the running gateway a question; streams the answer with citations (`gelo rag query`).
@@ -110,6 +113,7 @@ fn run_tool(command: Command) -> anyhow::Result<()> {
         Command::Model(args) => commands::models::model(args),
         Command::Gateway(args) => commands::gateway::run(*args),
         Command::Up(args) => commands::up::run(args),
+        Command::ApiKey(cmd) => commands::api_key::run(cmd),
         Command::Ingest(args) => commands::rag::run(commands::rag::RagCommand::Ingest(args)),
         Command::Query(args) => commands::rag::run(commands::rag::RagCommand::Query(args)),
         Command::Search(args) => commands::rag::run(commands::rag::RagCommand::Search(args)),

@@ -55,6 +55,28 @@ pub struct GatewayArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "is_false")]
     pub http_allow_remote: bool,
+    /// The HTTP API's keys: a file of their SHA-256 digests, one per line (`gelo api-key new
+    /// --keys-file FILE` makes a key and adds it). Clients send `Authorization: Bearer KEY`;
+    /// the file is read again within a second of a change, so keys rotate without a restart.
+    #[arg(long, value_name = "FILE")]
+    pub api_keys_file: Option<PathBuf>,
+    /// Serve the HTTP API without API keys: anything that reaches the port may read answers
+    /// from the store and add documents. Instead of --api-keys-file, never with it.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub http_unauthenticated: bool,
+    /// More names the HTTP port answers to in `Host` and `Origin` (`name` for any port,
+    /// `name:port` for one), besides localhost, 127.0.0.1 and [::1] on its port: the names a
+    /// TLS terminator in front of it forwards.
+    #[arg(long, value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub http_allowed_hosts: Vec<String>,
+    /// Requests per second per API key, on average (more are answered 429 with Retry-After).
+    #[arg(long)]
+    pub http_rate_limit: Option<f64>,
+    /// Requests an API key may send at once before the rate applies.
+    #[arg(long)]
+    pub http_rate_burst: Option<u32>,
     /// Plaintext gRPC to clients: the gateway is not attested to them. Local testing only.
     #[arg(long)]
     #[serde(skip_serializing_if = "is_false")]

@@ -1,3 +1,4 @@
+pub mod api_key;
 pub mod attest;
 pub mod config;
 pub mod engine;

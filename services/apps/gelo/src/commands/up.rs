@@ -7,6 +7,11 @@
 //! Ctrl-C (or SIGTERM) stops everything; the children also get SIGTERM if `gelo up` itself
 //! dies (Linux `PR_SET_PDEATHSIG`). `gelo ingest|query|search` find the gateway through the
 //! state file it writes.
+//!
+//! The HTTP API always needs a key: unless `--api-keys-file` names the user's own file,
+//! `gelo up` keeps the digests in `STATE/api-keys` (owner-only), makes a fresh key for each
+//! run (revoking the previous run's; keys added with `gelo api-key new` stay) and prints it
+//! once, with how to use it.
 
 use std::{
     io::{BufRead, BufReader},
@@ -32,6 +37,9 @@ pub struct UpState {
     /// The gateway's model identity (its tokenizer model, the embedder's).
     pub identity: String,
     pub pid: u32,
+    /// The HTTP API's keys file (digests only).
+    #[serde(default)]
+    pub api_keys_file: PathBuf,
 }
 
 impl UpState {
@@ -89,6 +97,11 @@ pub struct UpArgs {
     /// The gateway's OpenAI-compatible HTTP address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub http_listen: SocketAddr,
+    /// The HTTP API's keys file (SHA-256 digests; `gelo api-key new --keys-file FILE` adds
+    /// one), used as it is. Default: STATE/api-keys, where each run makes a fresh key, prints
+    /// it once and revokes the previous run's (keys added there with `gelo api-key new` stay).
+    #[arg(long, value_name = "FILE")]
+    pub api_keys_file: Option<PathBuf>,
     /// Extra `gelo gateway` flags, after `--` (e.g. `-- --retry-interval 1`).
     #[arg(last = true)]
     pub gateway_args: Vec<String>,
@@ -263,10 +276,8 @@ fn write_policy(state: &Path, issuer: &MockIssuer, a: &UpArgs) -> Result<PathBuf
 /// service with the identity it must prove, and `gelo up`'s reranking default.
 fn gateway_args(
     a: &UpArgs,
-    embedder: &Path,
-    id_embedder: &str,
-    policy_path: &Path,
-    data: &Path,
+    (embedder, id_embedder): (&Path, &str),
+    (policy_path, data, keys_file): (&Path, &Path, &Path),
     services: &[Service],
     roles: &[(&'static str, PathBuf, String)],
 ) -> Result<Vec<String>> {
@@ -285,6 +296,8 @@ fn gateway_args(
         policy_path.display().to_string(),
         "--data-dir".into(),
         data.display().to_string(),
+        "--api-keys-file".into(),
+        keys_file.display().to_string(),
     ];
     for (s, (role, _, id)) in services.iter().zip(roles) {
         args.extend([format!("--{role}"), s.grpc()?, format!("--{role}-identity"), id.clone()]);
@@ -300,9 +313,68 @@ fn gateway_args(
     Ok(args)
 }
 
+/// The name of the key `gelo up` makes in its own keys file.
+const UP_KEY_NAME: &str = "up";
+
+/// The HTTP API's keys file, and the key made for it now (if one was).
+struct ApiKeys {
+    file: PathBuf,
+    new: Option<gateway::http::keys::ApiKey>,
+}
+
+impl ApiKeys {
+    /// `--api-keys-file` as it is, or `STATE/api-keys` with a fresh key named `up` in place of
+    /// the previous run's (keys added with `gelo api-key new` stay). A key made here is
+    /// shown by this run only, so each run makes its own rather than keep one nobody saw.
+    fn provide(given: Option<&Path>, state: &Path) -> Result<ApiKeys> {
+        use gateway::http::keys::{self, KeysError};
+        if let Some(file) = given {
+            if keys::read(file)?.is_empty() {
+                bail!("{} holds no key: add one with `gelo api-key new --keys-file {0}`", file.display());
+            }
+            return Ok(ApiKeys { file: file.to_path_buf(), new: None });
+        }
+        let file = state.join("api-keys");
+        match keys::remove(&file, UP_KEY_NAME) {
+            Ok(_) | Err(KeysError::NoSuchKey { .. }) => {}
+            Err(KeysError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let new = super::api_key::new_key(&file, Some(UP_KEY_NAME))?;
+        Ok(ApiKeys { file, new: Some(new) })
+    }
+
+    /// What the user reads on stderr: the new key, once, and how to use it; else where the
+    /// keys are.
+    fn summary(&self, http: &str) -> String {
+        let file = self.file.display();
+        match &self.new {
+            Some(key) => {
+                let k = key.expose();
+                format!(
+                    "  API key        {k}\n                 (new, shown once: only its SHA-256 is kept, in {file})\n\n\
+                     Use it:  export OPENAI_API_KEY={k}   # the openai clients read it\n        \
+                     curl -H \"Authorization: Bearer $OPENAI_API_KEY\" http://{http}/v1/models\n        \
+                     the web console asks for it once per browser tab\n"
+                )
+            }
+            None => format!(
+                "  API keys       {file} (digests; a key is shown only when it is made:\n                 \
+                 `gelo api-key new --keys-file {file}` adds one, `gelo api-key revoke` removes one)\n"
+            ),
+        }
+    }
+}
+
 /// Writes the state file the client commands read, then tells the tests (`GELO_SERVICE`,
 /// `GELO_READY` lines on stdout) and the user (stderr) where everything is.
-fn announce(state: &Path, gw: &Service, services: &[Service], policy_path: &Path, id_embedder: &str) -> Result<()> {
+fn announce(
+    state: &Path,
+    gw: &Service,
+    services: &[Service],
+    (policy_path, keys): (&Path, &ApiKeys),
+    id_embedder: &str,
+) -> Result<()> {
     let line = gw.line.clone().unwrap_or_default();
     let grpc = field(&line, "grpc=").unwrap_or_default().to_string();
     let http = field(&line, "http=").unwrap_or_default().to_string();
@@ -312,6 +384,7 @@ fn announce(state: &Path, gw: &Service, services: &[Service], policy_path: &Path
         policy: std::fs::canonicalize(policy_path).unwrap_or(policy_path.to_path_buf()),
         identity: id_embedder.to_string(),
         pid: std::process::id(),
+        api_keys_file: std::fs::canonicalize(&keys.file).unwrap_or(keys.file.clone()),
     };
     std::fs::write(state_file(Some(state)), serde_json::to_string_pretty(&up_state)?)?;
     for s in services {
@@ -325,15 +398,17 @@ fn announce(state: &Path, gw: &Service, services: &[Service], policy_path: &Path
         );
     }
     eprintln!(
-        "\nGELO is up (mock attestation: for local use only)\n  gRPC (RA-TLS)  {grpc}\n  OpenAI API     http://{http}/v1  (models: gelo-embedder, gelo-reranker, gelo-generator, gelo-rag)\n  web console    http://{http}/\n  state, logs    {}\n\n\
+        "\nGELO is up (mock attestation: for local use only)\n  gRPC (RA-TLS)  {grpc}\n  OpenAI API     http://{http}/v1  (models: gelo-embedder, gelo-reranker, gelo-generator, gelo-rag)\n  web console    http://{http}/\n  state, logs    {}\n{}\n\
          Try:  gelo ingest README.md docs/\n      gelo query \"What does GELO keep from the GPU?\"\nCtrl-C stops everything.\n",
-        state.display()
+        state.display(),
+        keys.summary(&http)
     );
     println!(
-        "GELO_READY role=up grpc={grpc} http={http} gateway_metrics={} policy={} identity={id_embedder} state={}",
+        "GELO_READY role=up grpc={grpc} http={http} gateway_metrics={} policy={} identity={id_embedder} state={} api_keys_file={}",
         field(&line, "metrics=").unwrap_or("?"),
         up_state.policy.display(),
-        state.display()
+        state.display(),
+        up_state.api_keys_file.display()
     );
     Ok(())
 }
@@ -365,6 +440,7 @@ pub fn run(a: UpArgs) -> Result<()> {
     let (id_embedder, id_reranker, id_generator) = (identity(&embedder)?, identity(&reranker)?, identity(&generator)?);
     let issuer = MockIssuer::load_or_create(&pki_dir).with_context(|| format!("mock PKI in {}", pki_dir.display()))?;
     let policy_path = write_policy(&state, &issuer, &a)?;
+    let keys = ApiKeys::provide(a.api_keys_file.as_deref(), &state)?;
     prep.finish_with_message("model identities checked, mock PKI and policy ready");
 
     // 2. The model services, loading in parallel.
@@ -402,7 +478,8 @@ pub fn run(a: UpArgs) -> Result<()> {
             wait_ready(&mut refs, &bars, hidden, Duration::from_secs(900))?;
         }
         // 3. The gateway, pointed at them.
-        let args = gateway_args(&a, &embedder, &id_embedder, &policy_path, &data, &services, &roles)?;
+        let files = (policy_path.as_path(), data.as_path(), keys.file.as_path());
+        let args = gateway_args(&a, (&embedder, &id_embedder), files, &services, &roles)?;
         let mut gw = Service::start("gateway", &args, &pki_dir, &logs)?;
         let bar = spinner(&mp, "gateway", "verifying backends, opening the store".into());
         wait_ready(&mut [&mut gw], std::slice::from_ref(&bar), hidden, Duration::from_secs(120))?;
@@ -420,7 +497,7 @@ pub fn run(a: UpArgs) -> Result<()> {
 
     // 4. Tell the clients where it is, and the user.
     drop(mp);
-    announce(&state, &gw, &services, &policy_path, &id_embedder)?;
+    announce(&state, &gw, &services, (&policy_path, &keys), &id_embedder)?;
 
     // 5. Until Ctrl-C, SIGTERM, or a child dies.
     let exited = rt.block_on(async {
@@ -448,5 +525,49 @@ pub fn run(a: UpArgs) -> Result<()> {
     match exited {
         Some((role, status, log)) => bail!("the {role} exited ({status}); see {}", log.display()),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gateway::http::keys;
+
+    use super::*;
+
+    #[test]
+    fn each_run_makes_its_own_key_owner_only_and_keeps_the_user_s() {
+        let state = tempfile::tempdir().unwrap();
+        let first = ApiKeys::provide(None, state.path()).unwrap();
+        let file = state.path().join("api-keys");
+        assert_eq!(first.file, file);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        let k1 = first.new.expect("a key made");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains(k1.expose()), "only the digest is stored: {text}");
+        let summary = ApiKeys { file: file.clone(), new: Some(k1) }.summary("127.0.0.1:8080");
+        assert!(
+            summary.contains("export OPENAI_API_KEY=gelo-") && summary.contains("Authorization: Bearer"),
+            "{summary}"
+        );
+
+        let mine = super::super::api_key::new_key(&file, Some("mine")).unwrap();
+        let second = ApiKeys::provide(None, state.path()).unwrap();
+        let entries = keys::read(&file).unwrap();
+        let digests: Vec<_> = entries.iter().map(|e| e.digest).collect();
+        let k2 = second.new.unwrap();
+        assert_eq!(digests, [mine.digest(), k2.digest()], "the previous run's key is revoked, the user's kept");
+
+        // A file of the user's is used as it is, and must hold a key.
+        let theirs = state.path().join("theirs");
+        keys::append(&theirs, &mine.digest(), None).unwrap();
+        let given = ApiKeys::provide(Some(&theirs), state.path()).unwrap();
+        assert!(given.new.is_none() && given.file == theirs);
+        assert_eq!(keys::read(&theirs).unwrap().len(), 1);
+        std::fs::write(&theirs, "# none\n").unwrap();
+        assert!(ApiKeys::provide(Some(&theirs), state.path()).is_err());
     }
 }
