@@ -324,7 +324,18 @@ async fn the_console_is_served_from_the_binary_and_loads_nothing_from_elsewhere(
         "{csp}"
     );
     assert_eq!(page.header("x-content-type-options").as_deref(), Some("nosniff"));
-    for id in ["doc-form", "doc-files", "ask-form", "answer", "sources", "trust-table", "trust-refresh"] {
+    for id in [
+        "key-form",
+        "api-key",
+        "key-status",
+        "doc-form",
+        "doc-files",
+        "ask-form",
+        "answer",
+        "sources",
+        "trust-table",
+        "trust-refresh",
+    ] {
         assert!(page.body.contains(&format!("id=\"{id}\"")), "the page has #{id}");
     }
     let mut assets = vec![page.body.clone()];
@@ -347,5 +358,9 @@ async fn the_console_is_served_from_the_binary_and_loads_nothing_from_elsewhere(
         );
     }
     assert!(assets[1].contains("/v1/documents") && assets[1].contains("/v1/trust") && assets[1].contains("gelo-rag"));
+    // The key goes in a header from session storage: never a cookie, local storage or the URL.
+    assert!(assets[1].contains("sessionStorage") && assets[1].contains("Authorization"));
+    assert!(!assets[1].contains("localStorage") && !assets[1].contains("document.cookie"));
+    assert!(page.body.contains("type=\"password\""), "the key field is not shown as it is typed");
     assert_error(&call(gw, "GET", "/console/missing.js", None, "").await, 404, "not_found");
 }

@@ -1,6 +1,8 @@
 // The GELO console's behaviour: add documents, stream a cited answer, show the trust report.
 // It talks to this gateway only (same origin), builds every element with the DOM API (text
 // from documents and answers is never parsed as HTML) and writes nothing to the browser's log.
+// Every API call carries the API key the user entered, as `Authorization: Bearer`; the key
+// lives in this tab's sessionStorage only (never in the address, a cookie or the page).
 "use strict";
 
 const GeloConsole = (() => {
@@ -22,7 +24,7 @@ const GeloConsole = (() => {
   function setStatus(node, state, message) {
     node.dataset.state = state;
     node.textContent = message;
-    node.classList.toggle("error", state === "error");
+    node.classList.toggle("error", state === "error" || state === "refused");
   }
 
   /** The gateway's error body (`{"error": {"message", "code"}}`) as one line. */
@@ -31,8 +33,44 @@ const GeloConsole = (() => {
     return e && e.message ? `${e.message} (${e.code || status})` : `the gateway answered HTTP ${status}`;
   }
 
+  // ---------------------------------------------------------------------------------------
+  // The API key
+
+  const KEY_ITEM = "gelo.apiKey";
+
+  function apiKey() {
+    try {
+      return sessionStorage.getItem(KEY_ITEM) || "";
+    } catch (_) {
+      return "";
+    }
+  }
+
+  /** `headers` with the key's Authorization header, if there is a key. */
+  function withKey(headers) {
+    const key = apiKey();
+    if (key !== "") headers.Authorization = `Bearer ${key}`;
+    return headers;
+  }
+
+  const NO_KEY = "No API key yet: enter the key gelo up printed (or one from gelo api-key new).";
+
+  /** Tells the user the gateway refused the key (HTTP 401), and returns the message. */
+  function keyRefused(body) {
+    const message = apiKey() === ""
+      ? NO_KEY
+      : `The gateway refused this API key (${errorText(401, body)}): enter a valid key.`;
+    setStatus($("key-status"), apiKey() === "" ? "missing" : "refused", message);
+    return message;
+  }
+
+  /** An HTTP error as one line; a 401 also marks the key refused. */
+  function httpFailure(status, body) {
+    return status === 401 ? keyRefused(body) : errorText(status, body);
+  }
+
   async function callJson(method, path, body) {
-    const init = { method, headers: { Accept: "application/json" } };
+    const init = { method, headers: withKey({ Accept: "application/json" }) };
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -44,8 +82,54 @@ const GeloConsole = (() => {
     } catch (_) {
       data = null;
     }
-    if (!r.ok) throw new Error(errorText(r.status, data));
+    if (!r.ok) throw new Error(httpFailure(r.status, data));
     return data;
+  }
+
+  /** Checks the key in force with a request that reads nothing from the store. */
+  async function checkKey() {
+    const status = $("key-status");
+    if (apiKey() === "") {
+      setStatus(status, "missing", NO_KEY);
+      return false;
+    }
+    setStatus(status, "checking", "Checking the key…");
+    try {
+      const r = await callJson("GET", "/v1/models");
+      setStatus(status, "accepted", `Key accepted: this gateway serves ${r.data.length} model(s).`);
+      return true;
+    } catch (e) {
+      if ($("key-status").dataset.state !== "refused") setStatus(status, "error", `Could not check the key: ${e.message}`);
+      return false;
+    }
+  }
+
+  async function useKey(event) {
+    event.preventDefault();
+    const input = $("api-key");
+    const key = input.value.trim();
+    input.value = "";
+    if (key === "") {
+      setStatus($("key-status"), "missing", NO_KEY);
+      return;
+    }
+    try {
+      sessionStorage.setItem(KEY_ITEM, key);
+    } catch (_) {
+      setStatus($("key-status"), "error", "This browser does not allow session storage for this page: the key cannot be kept.");
+      return;
+    }
+    if (await checkKey()) refreshTrust();
+  }
+
+  function forgetKey() {
+    try {
+      sessionStorage.removeItem(KEY_ITEM);
+    } catch (_) {
+      // Nothing was kept.
+    }
+    $("api-key").value = "";
+    setStatus($("key-status"), "missing", NO_KEY);
   }
 
   // ---------------------------------------------------------------------------------------
@@ -199,7 +283,7 @@ const GeloConsole = (() => {
       const max = parseInt($("max-tokens").value, 10);
       const r = await fetch("/v1/chat/completions", {
         method: "POST",
-        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        headers: withKey({ "Content-Type": "application/json", Accept: "text/event-stream" }),
         body: JSON.stringify({
           model: "gelo-rag",
           stream: true,
@@ -215,7 +299,7 @@ const GeloConsole = (() => {
         } catch (_) {
           body = null;
         }
-        throw new Error(errorText(r.status, body));
+        throw new Error(httpFailure(r.status, body));
       }
       await readEvents(r, (data) => {
         if (data === "[DONE]") {
@@ -312,8 +396,12 @@ const GeloConsole = (() => {
 
   async function refreshTrust() {
     if (trustBusy) return;
-    trustBusy = true;
     const status = $("trust-status");
+    if (apiKey() === "") {
+      setStatus(status, "missing", "Enter the API key above to see the trust report.");
+      return;
+    }
+    trustBusy = true;
     try {
       const r = await callJson("GET", "/v1/trust");
       $("policy-digest").replaceChildren(hex(r.backend_policy_sha256));
@@ -329,12 +417,15 @@ const GeloConsole = (() => {
   }
 
   function start() {
+    $("key-form").addEventListener("submit", useKey);
+    $("key-forget").addEventListener("click", forgetKey);
     $("doc-form").addEventListener("submit", addDocuments);
     $("ask-form").addEventListener("submit", ask);
     $("trust-refresh").addEventListener("click", refreshTrust);
     setInterval(() => {
       if ($("trust-auto").checked && document.visibilityState === "visible") refreshTrust();
     }, 5000);
+    checkKey();
     refreshTrust();
   }
 
