@@ -5,6 +5,9 @@
 
 Starts `gelo up` on loopback ports (as scripts/openai_client_check.py does), opens the
 console the gateway serves at `/`, and checks, through the page only:
+  0. without a key the page says so; a wrong key is refused (401) with a clear message; the
+     key `gelo up` printed is accepted, kept in the tab's sessionStorage only (not in the
+     address, localStorage or a cookie);
   1. two documents are added: pasted text and a .md file read by the browser;
   2. a question streams an answer citing at least one of the listed sources;
   3. a citation the gateway flags as unknown is marked as such;
@@ -13,7 +16,14 @@ console the gateway serves at `/`, and checks, through the page only:
   5. with the reranker's process stopped (SIGSTOP: `gelo up` shuts everything down when a
      child exits, so the process is frozen rather than killed) the Trust view marks it
      unavailable with a reason, and verified again once it continues (SIGCONT);
-  6. neither the browser's console nor any service log holds the document or question text.
+  6. neither the browser's console nor any service log holds the document or question text,
+     nor the API key;
+  7. a page of another origin (a second local HTTP server) cannot read or write: its
+     fetches of /v1/chat/completions, /v1/documents and /v1/trust, with and without
+     credentials and even with the key, all fail in the browser, the gateway logs each
+     refusal, and the store holds no new document;
+  8. under a DNS name that resolves to the gateway (Chromium's host resolver rules stand in
+     for DNS rebinding) neither the console nor the API is served (421).
 Saves a screenshot of the page with the stopped reranker (default under $CARGO_TARGET_DIR,
 else /tmp) and prints where. Needs Debian's chromium and chromium-driver and
 `pip install -r scripts/console/requirements.txt` (scripts/setup.sh installs them). Exits non-zero with a
@@ -22,13 +32,17 @@ message on the first failed step.
 
 import argparse
 import base64
+import functools
 import glob
+import http.server
 import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from gelo_up import start_up, stop
@@ -48,6 +62,8 @@ QUESTION = "How do honey bees tell their hive mates where flowers are?"
 # Texts that must never show up in a log line (the browser's or a service's).
 SECRETS = ["waggle dance", "Camellia sinensis", "hive mates where flowers"]
 ROLES = ["embedder", "reranker", "generator"]
+# A name the browser resolves to the gateway, as a rebinding attacker's would.
+REBOUND = "rebound.example"
 
 
 class Failed(Exception):
@@ -67,7 +83,8 @@ def browser():
         raise SystemExit("FAIL: chromium and chromedriver are needed: apt-get install chromium chromium-driver")
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1800", "--no-first-run"]:
+    for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1800", "--no-first-run",
+              f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"]:
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
@@ -83,6 +100,25 @@ def wait(driver, seconds, cond, what):
 def attr(driver, css, name):
     els = driver.find_elements(By.CSS_SELECTOR, css)
     return els[0].get_attribute(name) if els else None
+
+
+def api_key(d, key):
+    wait(d, 30, lambda d: attr(d, "#key-status", "data-state") == "missing", "without a key the page asks for one")
+    wait(d, 30, lambda d: attr(d, "#trust-status", "data-state") == "missing", "without a key the Trust view waits for one")
+    d.find_element(By.ID, "api-key").send_keys("gelo-" + "A" * 43)
+    d.find_element(By.ID, "key-submit").click()
+    wait(d, 30, lambda d: attr(d, "#key-status", "data-state") == "refused", "a wrong key is refused")
+    message = d.find_element(By.ID, "key-status").text
+    check("refused" in message and "invalid_api_key" in message, f"the 401 is shown: {message!r}")
+    d.find_element(By.ID, "api-key").send_keys(key)
+    d.find_element(By.ID, "key-submit").click()
+    wait(d, 30, lambda d: attr(d, "#key-status", "data-state") == "accepted", "the key gelo up printed is accepted")
+    check(d.find_element(By.ID, "api-key").get_attribute("value") == "", "the key field is cleared once the key is kept")
+    kept = d.execute_script("return [sessionStorage.getItem('gelo.apiKey'), localStorage.length, document.cookie, location.href];")
+    check(kept[0] == key and kept[1] == 0 and kept[2] == "" and key not in kept[3], "the key is in sessionStorage only: not localStorage, a cookie or the address")
+    # The browser logs the refused key's 401s as errors: expected here, nothing else.
+    severe = [e["message"] for e in d.get_log("browser") if e.get("level") == "SEVERE"]
+    check(all(" 401 " in m for m in severe) and not any(key in m for m in severe), f"the browser logged only the wrong key's 401s: {severe}")
 
 
 def add_documents(d, state):
@@ -194,14 +230,96 @@ def save_screenshot(d, path):
         f.write(base64.b64decode(shot["data"]))
 
 
-def no_content_in_logs(d, state):
+def no_content_in_logs(d, state, key):
     entries = d.get_log("browser")
     severe = [e["message"] for e in entries if e.get("level") == "SEVERE"]
     check(not severe, f"no errors in the browser console: {severe}")
-    check(not any(s in e["message"] for e in entries for s in SECRETS), f"the browser console holds no document or question text ({len(entries)} entries)")
-    logs = glob.glob(os.path.join(state, "up", "logs", "*.log")) + [os.path.join(state, "up.log")]
+    check(not any(s in e["message"] for e in entries for s in SECRETS + [key]), f"the browser console holds no document or question text, nor the key ({len(entries)} entries)")
+    services = glob.glob(os.path.join(state, "up", "logs", "*.log"))
+    logs = services + [os.path.join(state, "up.log")]
     leaks = [(os.path.basename(p), s) for p in logs for s in SECRETS if s in open(p, errors="replace").read()]
     check(not leaks, f"no document or question text in the {len(logs)} service logs: {leaks}")
+    # gelo up prints the key once to its user (up.log is its terminal here); no service logs it.
+    leaks = [os.path.basename(p) for p in services if key in open(p, errors="replace").read()]
+    check(not leaks, f"the API key is in no service log: {leaks}")
+
+
+# The other origin's page: every way a page may try the gateway's API. `window.results`
+# maps each attempt to `blocked` (the fetch failed), `opaque` (no-cors: sent, unreadable)
+# or `read STATUS` (the page could read the answer: a failure of this check).
+OTHER_ORIGIN_PAGE = """<!doctype html><meta charset="utf-8"><title>another origin</title><script>
+const target = "http://GATEWAY";
+const json = {"Content-Type": "application/json"};
+const withKey = Object.assign({Authorization: "Bearer KEY"}, json);
+const chat = JSON.stringify({model: "gelo-rag", messages: [{role: "user", content: "What do bees do?"}], max_tokens: 4});
+const doc = JSON.stringify({documents: [{name: "planted.txt", text: "Planted by another origin."}]});
+async function attempt(name, path, init) {
+  try {
+    const r = await fetch(target + path, init);
+    if (r.type === "opaque") return [name, "opaque"];
+    await r.text();
+    return [name, "read " + r.status];
+  } catch (e) {
+    return [name, "blocked"];
+  }
+}
+window.results = null;
+Promise.all([
+  attempt("chat", "/v1/chat/completions", {method: "POST", headers: json, body: chat, credentials: "omit"}),
+  attempt("chat with credentials", "/v1/chat/completions", {method: "POST", headers: json, body: chat, credentials: "include"}),
+  attempt("chat with the key", "/v1/chat/completions", {method: "POST", headers: withKey, body: chat, credentials: "include"}),
+  attempt("documents", "/v1/documents", {method: "POST", headers: json, body: doc, credentials: "omit"}),
+  attempt("documents with credentials", "/v1/documents", {method: "POST", headers: json, body: doc, credentials: "include"}),
+  attempt("documents with the key", "/v1/documents", {method: "POST", headers: withKey, body: doc, credentials: "include"}),
+  attempt("trust with credentials", "/v1/trust", {credentials: "include"}),
+]).then((r) => { window.results = Object.fromEntries(r); });
+</script>
+"""
+
+
+def refusals(state, reason):
+    return open(os.path.join(state, "up", "logs", "gateway.log"), errors="replace").read().count(reason)
+
+
+def stored_documents(gelo, state):
+    env = dict(os.environ, GELO_UP_DIR=os.path.join(state, "up"))
+    out = subprocess.run([os.path.abspath(gelo), "rag", "stats"], env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["documents"]
+
+
+def other_origin(d, gelo, state, gateway, key):
+    site = os.path.join(state, "elsewhere")
+    os.makedirs(site)
+    with open(os.path.join(site, "index.html"), "w") as f:
+        f.write(OTHER_ORIGIN_PAGE.replace("GATEWAY", gateway).replace("KEY", key))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=site)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        documents, refused = stored_documents(gelo, state), refusals(state, "origin_not_allowed")
+        d.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        results = wait(d, 60, lambda d: d.execute_script("return window.results;"), "the other origin's attempts finished")
+        d.get_log("browser")  # the page's failed fetches, expected: not the console's errors
+    finally:
+        server.shutdown()
+    check(all(v == "blocked" for v in results.values()), f"another origin reads and writes nothing: {results}")
+    logged = refusals(state, "origin_not_allowed") - refused
+    check(logged >= len(results), f"the gateway refused each of them itself: {logged} origin_not_allowed refusals logged")
+    after = stored_documents(gelo, state)
+    check(after == documents, f"no document was added: {documents} before, {after} after")
+
+
+def rebound_name(d, state, gateway):
+    port = gateway.rsplit(":", 1)[1]
+    before = refusals(state, "host_not_allowed")
+    served = {}
+    for path, marker in [("/", "doc-form"), ("/v1/trust", "backend_policy_sha256"), ("/openapi.json", "securitySchemes")]:
+        d.get(f"http://{REBOUND}:{port}{path}")
+        served[path] = marker in d.page_source or d.title == "GELO console"
+    d.get_log("browser")
+    check(not any(served.values()), f"under {REBOUND} (resolving to the gateway) nothing is served: {served}")
+    logged = refusals(state, "host_not_allowed") - before
+    check(logged >= len(served), f"the gateway refused the foreign Host itself: {logged} host_not_allowed refusals logged")
 
 
 def default_screenshot():
@@ -229,12 +347,16 @@ def main():
             d = browser()
             d.get(f"http://{ready['http']}/")
             check(d.title == "GELO console", f"the console loads: {d.title!r}")
+            key = ready["api_key"]
             for name, step in [
+                ("key", lambda: api_key(d, key)),
                 ("documents", lambda: add_documents(d, state)),
                 ("ask", lambda: ask(d)),
                 ("trust", lambda: trust_verified(d)),
                 ("stopped backend", lambda: stopped_backend(d, pids["reranker"], a.screenshot)),
-                ("logs", lambda: no_content_in_logs(d, state)),
+                ("logs", lambda: no_content_in_logs(d, state, key)),
+                ("other origin", lambda: other_origin(d, a.gelo, state, ready["http"], key)),
+                ("rebound name", lambda: rebound_name(d, state, ready["http"])),
             ]:
                 t = time.time()
                 step()

@@ -2,9 +2,12 @@
 """The official `openai` Python client against GELO's OpenAI-compatible API, unchanged.
 
     python3 scripts/openai_client_check.py --gelo PATH/TO/gelo     # starts `gelo up`, checks, stops it
-    python3 scripts/openai_client_check.py --base-url http://127.0.0.1:8080/v1   # a running gateway
+    OPENAI_API_KEY=gelo-... python3 scripts/openai_client_check.py --base-url http://127.0.0.1:8080/v1   # a running gateway
 
-Checks: model listing; embeddings (the client's default base64 encoding and floats, which
+With --gelo the API key is the one `gelo up` prints. Checks: access first (no key, a wrong
+key: 401 `invalid_api_key` with `WWW-Authenticate: Bearer`, the client's
+AuthenticationError; a foreign `Host` 421, a foreign `Origin` 403, even with the key); model
+listing; embeddings (the client's default base64 encoding and floats, which
 must agree); chat completions whole and streamed (server-sent events; with greedy decoding
 the streamed text equals the whole one, and the usage chunk arrives); the RAG model
 `gelo-rag` (answer citing only passages it was given); an unknown model raising the
@@ -14,10 +17,12 @@ Exits non-zero with a message on the first failed check.
 
 import argparse
 import math
+import os
 import sys
 import tempfile
+import urllib.parse
 
-from gelo_up import ingest, start_up, stop
+from gelo_up import http_call, ingest, start_up, stop
 
 try:
     import openai
@@ -36,8 +41,32 @@ def cosine(a, b):
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
 
-def run_checks(base_url, gelo=None, state=None):
-    client = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=600)
+def access_checks(base_url, api_key):
+    """Without the key nothing is answered; with it, only under the gateway's own names."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    status, head, body = http_call(f"{root}/v1/models")
+    check(status == 401 and body["error"]["code"] == "invalid_api_key", f"no key: {status} {body}")
+    check((head.get("WWW-Authenticate") or "").startswith("Bearer"), f"no key: WWW-Authenticate {head.get('WWW-Authenticate')!r}")
+    status, _, body = http_call(f"{root}/v1/chat/completions", body={"model": "gelo-rag", "messages": [{"role": "user", "content": "x"}]})
+    check(status == 401 and body["error"]["type"] == "invalid_request_error", f"no key, gelo-rag: {status}")
+    wrong = openai.OpenAI(base_url=base_url, api_key="gelo-" + "A" * 43, max_retries=0, timeout=60)
+    try:
+        wrong.models.list()
+        check(False, "a wrong key is refused")
+    except openai.AuthenticationError as e:
+        check(e.status_code == 401 and e.code == "invalid_api_key", "a wrong key raises AuthenticationError (401, invalid_api_key)")
+    port = urllib.parse.urlsplit(root).port
+    status, _, body = http_call(f"{root}/v1/models", api_key, headers={"Host": f"evil.example:{port}"})
+    check(status == 421 and body["error"]["code"] == "host_not_allowed", f"a foreign Host, with the key: {status}")
+    status, _, body = http_call(f"{root}/v1/models", api_key, headers={"Origin": "http://evil.example"})
+    check(status == 403 and body["error"]["code"] == "origin_not_allowed", f"a foreign Origin, with the key: {status}")
+    status, _, body = http_call(f"{root}/openapi.json")
+    check(status == 200 and "bearer" in body["components"]["securitySchemes"], "/openapi.json is public and names the bearer scheme")
+
+
+def run_checks(base_url, api_key, gelo=None, state=None):
+    access_checks(base_url, api_key)
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
 
     ids = [m.id for m in client.models.list()]
     check({"gelo-embedder", "gelo-generator", "gelo-rag"} <= set(ids), f"models.list: {ids}")
@@ -104,16 +133,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gelo", help="the gelo binary: start `gelo up` for the check")
     ap.add_argument("--base-url", help="an already running gateway's OpenAI base URL (…/v1)")
+    ap.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="with --base-url: its API key (default: $OPENAI_API_KEY)")
     a = ap.parse_args()
     if bool(a.gelo) == bool(a.base_url):
         ap.error("give exactly one of --gelo and --base-url")
     if a.base_url:
-        run_checks(a.base_url)
+        if not a.api_key:
+            ap.error("--base-url needs --api-key or OPENAI_API_KEY")
+        run_checks(a.base_url, a.api_key)
         return
     with tempfile.TemporaryDirectory() as state:
         proc, ready = start_up(a.gelo, state, args=["--small"])
         try:
-            run_checks(f"http://{ready['http']}/v1", a.gelo, state)
+            run_checks(f"http://{ready['http']}/v1", ready["api_key"], a.gelo, state)
         finally:
             stop(proc)
     print(f"openai {openai.__version__}: every check passed")

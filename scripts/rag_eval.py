@@ -32,11 +32,12 @@ from gelo_up import ingest_paths, start_up, stop
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
-def ask(base, question, max_tokens):
+def ask(base, key, question, max_tokens):
     body = {"model": "gelo-rag", "messages": [{"role": "user", "content": question}], "stream": True, "temperature": 0}
     if max_tokens:
         body["max_tokens"] = max_tokens
-    req = urllib.request.Request(f"{base}/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    req = urllib.request.Request(f"{base}/v1/chat/completions", json.dumps(body).encode(), headers)
     t0 = time.time()
     ttft, text, passages, cites = None, [], [], {"citations": [], "unknown_citations": []}
     with urllib.request.urlopen(req, timeout=600) as r:
@@ -103,7 +104,7 @@ def main():
             base = f"http://{ready['http']}"
             rows = []
             for item in items:
-                text, passages, cites, ttft, total = ask(base, item["q"], a.max_tokens)
+                text, passages, cites, ttft, total = ask(base, ready["api_key"], item["q"], a.max_tokens)
                 s = score(item, text, cites, passages)
                 rows.append({"q": item["q"], "answer": text, "passages": passages, **cites, "ttft_s": ttft, "total_s": total, **s})
                 mark = "PASS" if s["pass"] else "fail " + ",".join(k for k in ("facts", "cited", "fluent") if not s[k])
