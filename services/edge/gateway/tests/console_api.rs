@@ -17,11 +17,11 @@ use gateway::{
 };
 use serde_json::{Value, json};
 use server::serve::{ServeOptions, Transport, health, serve};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
-};
+use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
+
+mod support;
+use support::{Reply, exchange, minilm};
 
 const MODEL: [u8; 32] = [7; 32];
 const MAX_DOCUMENT_BYTES: usize = 8 << 10;
@@ -37,15 +37,6 @@ fn policy() -> Policy {
     Policy::default()
         .with_roots(vec![TrustedRoot::MockPem(pki.ark_pem())])
         .allow_measurement(default_mock_measurement())
-}
-
-fn minilm() -> PathBuf {
-    let root = std::env::var_os("GELO_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/gelo"));
-    let p = root.join("models/all-minilm-l6-v2");
-    assert!(p.exists(), "{} is missing: run scripts/fetch-models.sh", p.display());
-    p
 }
 
 /// An embedder that maps each text to a small vector of its byte statistics.
@@ -123,40 +114,14 @@ async fn gateway(specs: &[BackendSpec], data: &std::path::Path) -> SocketAddr {
     addr
 }
 
-struct Reply {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
-}
-
 /// One HTTP/1.1 request (`Connection: close`, no chunked replies: none of these routes stream).
 async fn call(addr: SocketAddr, method: &str, path: &str, content_type: Option<&str>, body: &str) -> Reply {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let ct = content_type.map(|c| format!("Content-Type: {c}\r\n")).unwrap_or_default();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.unwrap();
-    let text = String::from_utf8(out).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    Reply { status, head: head.to_string(), body: body.to_string() }
+    exchange(addr, &req).await
 }
 
 async fn post(addr: SocketAddr, path: &str, body: &Value) -> Reply {

@@ -22,19 +22,10 @@ use gateway::{
     },
 };
 use serde_json::{Value, json};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
-};
+use tokio::net::TcpListener;
 
-fn minilm() -> PathBuf {
-    let root = std::env::var_os("GELO_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/gelo"));
-    let p = root.join("models/all-minilm-l6-v2");
-    assert!(p.exists(), "{} is missing: run scripts/fetch-models.sh", p.display());
-    p
-}
+mod support;
+use support::{Reply, exchange, minilm};
 
 /// A gateway's HTTP port with the keys of `keys` in its keys file, `cfg` for the rest.
 struct Gateway {
@@ -69,25 +60,12 @@ async fn gateway(cfg: AccessConfig, keys: &[&ApiKey]) -> Gateway {
     Gateway { addr, keys_file, _dir: dir }
 }
 
-struct Reply {
-    status: u16,
-    head: String,
-    body: String,
+/// An OpenAI-shaped refusal with this status, type and code.
+trait Refused {
+    fn refused(&self, status: u16, kind: &str, code: &str);
 }
 
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
-
-    /// An OpenAI-shaped refusal with this status, type and code.
+impl Refused for Reply {
     fn refused(&self, status: u16, kind: &str, code: &str) {
         assert_eq!(self.status, status, "{}\n{}", self.head, self.body);
         let e = &self.json()["error"];
@@ -133,14 +111,7 @@ impl Req {
             text.push_str(&format!("{k}: {v}\r\n"));
         }
         text.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n{}", self.body.len(), self.body));
-        let mut s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        s.write_all(text.as_bytes()).await.unwrap();
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await.unwrap();
-        let text = String::from_utf8_lossy(&out).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no reply head: {text:?}"));
-        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        Reply { status, head: head.to_string(), body: body.to_string() }
+        exchange(self.addr, &text).await
     }
 }
 
