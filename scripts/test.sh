@@ -20,7 +20,7 @@ k8s_log="$(mktemp)"
 nice -n 5 scripts/k8s/build.sh >"$k8s_log" 2>&1 &
 k8s_pid=$!
 # A step that fails before the wait must not leave the build running.
-trap 'pkill -P "$k8s_pid" 2>/dev/null; kill "$k8s_pid" 2>/dev/null; true' EXIT
+trap 'pkill -P "$k8s_pid" 2>/dev/null || true; kill "$k8s_pid" 2>/dev/null || true' EXIT
 k8s_ready() {
   wait "$k8s_pid" || { echo "scripts/k8s/build.sh failed:" >&2; cat "$k8s_log" >&2; exit 1; }
   cat "$k8s_log" >&2
