@@ -302,12 +302,13 @@ fn sgemm_impl(
         // product, so for any block of its rows or columns; `c` is exclusively borrowed,
         // does not alias `a` or `b`, and concurrent calls write disjoint blocks of it.
         unsafe {
-            gemm_block(
+            gemm_call(
                 (m, n, k),
                 (cp.get().add(c_off), ldc),
                 accumulate,
                 (a.as_ptr().add(a_off), a_strides),
                 (b.as_ptr().add(b_off), b_strides),
+                gemm::Parallelism::None,
             )
         }
     };
@@ -359,7 +360,9 @@ pub unsafe fn sgemm_into(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: 
     }
     // SAFETY: the assert keeps the operands' reads inside `a` and `b`; the caller vouches
     // for `c`.
-    unsafe { gemm_block((m, n, k), (c, ldc), false, (a.as_ptr(), (k, 1)), (b.as_ptr(), (1, k))) }
+    unsafe {
+        gemm_call((m, n, k), (c, ldc), false, (a.as_ptr(), (k, 1)), (b.as_ptr(), (1, k)), gemm::Parallelism::None)
+    }
 }
 
 /// Whether large products are split by the gemm crate's own rayon parallelism (it packs
@@ -371,27 +374,13 @@ fn split_in_gemm() -> bool {
     *GEMM.get_or_init(|| std::env::var("GELO_SGEMM").is_ok_and(|v| v == "gemm"))
 }
 
-/// One single-threaded `gemm` call: `c (+)= a · b` for an `m×k` by `k×n` product whose
-/// operands are read at `(row stride, column stride)` and whose output rows are `ldc` apart.
+/// One `gemm` call: `c (+)= a · b` for an `m×k` by `k×n` product whose operands are read
+/// at `(row stride, column stride)` and whose output rows are `ldc` apart, on the calling
+/// thread (`Parallelism::None`) or the gemm crate's own threads.
 ///
 /// # Safety
 /// Every element the strides reach lies inside its allocation; `c`'s block is written by no
 /// one else and aliases neither operand.
-unsafe fn gemm_block(
-    (m, n, k): (usize, usize, usize),
-    (c, ldc): (*mut f32, usize),
-    accumulate: bool,
-    (a, a_strides): (*const f32, (usize, usize)),
-    (b, b_strides): (*const f32, (usize, usize)),
-) {
-    // SAFETY: as promised by the caller.
-    unsafe { gemm_call((m, n, k), (c, ldc), accumulate, (a, a_strides), (b, b_strides), gemm::Parallelism::None) }
-}
-
-/// [`gemm_block`] with the gemm crate's `parallelism`.
-///
-/// # Safety
-/// As for [`gemm_block`].
 unsafe fn gemm_call(
     (m, n, k): (usize, usize, usize),
     (c, ldc): (*mut f32, usize),
