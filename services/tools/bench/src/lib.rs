@@ -7,6 +7,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod linears;
 pub mod model;
+pub mod profile;
 pub mod sealed;
 pub mod serve;
 

@@ -7,11 +7,17 @@
 //! per sequence (aggregate tokens/s). An embedder: `--texts` texts of exactly `--n` tokens
 //! per forward pass (texts/s). Threads: `RAYON_NUM_THREADS` (the compute pool follows it).
 
-use std::{path::PathBuf, sync::Arc, time::Instant};
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 use models::sampler::argmax;
 use protocol::{Executor, SealedExecutor};
+
+use crate::profile::{Spent, Timed};
 
 #[derive(clap::Args)]
 pub struct SealedArgs {
@@ -42,6 +48,10 @@ pub struct SealedArgs {
     /// Also write the cells as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Split each cell's time into the products, attention and the model code between them
+    /// (`crate::profile`), printed and written as `<cell>_{linear,attend,rest}_ms` per pass.
+    #[arg(long)]
+    profile: bool,
 }
 
 /// The project's deterministic prompt ids (the peers use the same formula): away from
@@ -77,99 +87,21 @@ fn status_fields(keys: &[&str]) -> Vec<u64> {
 }
 
 pub fn run(a: SealedArgs) -> Result<()> {
-    let exec: Arc<dyn Executor> = Arc::new(SealedExecutor::new());
+    let spent = Arc::new(Spent::default());
+    let exec: Arc<dyn Executor> = if a.profile {
+        Arc::new(Timed { inner: Arc::new(SealedExecutor::new()), spent: spent.clone() })
+    } else {
+        Arc::new(SealedExecutor::new())
+    };
     let files = models::ModelFiles::inspect(&a.model, None)?;
     let name = a.model.file_name().map_or_else(|| "model".into(), |f| f.to_string_lossy().into_owned());
     let threads = tensor::pool::global().threads();
-    let mut cells = serde_json::Map::new();
-    let mut put = |k: &str, v: f64, unit: &str| {
-        println!("| GELO sealed | {name} | {k} | {v:.1} {unit} | {threads} threads |");
-        cells.insert(k.into(), v.into());
-    };
+    let mut cells = Cells { name: name.clone(), threads, map: serde_json::Map::new() };
     match files.kind {
-        models::Kind::Bert { .. } => {
-            let opts = models::LoadOptions { max_seq_length: Some(a.n), ..Default::default() };
-            let e = models::load_embedder(&a.model, exec, &opts)?;
-            // Tokenized once, outside the timed passes, as the peers are given token ids.
-            let inputs =
-                (0..a.texts).map(|i| Ok(e.tokenize(&long_text(i, a.n), a.n)?.tokens)).collect::<Result<Vec<_>>>()?;
-            e.embed_tokens(&inputs)?;
-            let rates = (0..a.reps)
-                .map(|_| {
-                    let t = Instant::now();
-                    e.embed_tokens(&inputs)?;
-                    Ok(a.texts as f64 / t.elapsed().as_secs_f64())
-                })
-                .collect::<Result<Vec<_>>>()?;
-            put(&format!("embed_{}x{}", a.texts, a.n), median(rates), "texts/s");
-        }
-        models::Kind::Decoder(_) => {
-            // The process before the model (binary, runtime, pool): what the model adds is
-            // the difference.
-            let (rss_before, _) = memory();
-            let g = models::load_generator(&a.model, exec, &models::LoadOptions::default())?;
-            let (rss_loaded, _) = memory();
-            // Heap and mapped-file pages apart: a mapped model's pages count once touched.
-            let split = status_fields(&["RssAnon:", "RssFile:"]);
-            println!(
-                "memory after load: anonymous {:.1} MB, file-backed {:.1} MB",
-                split[0] as f64 / 1e6,
-                split[1] as f64 / 1e6
-            );
-            let d = &g.decoder;
-            let vocab = d.cfg.vocab_size;
-            let prefill = |n: usize| -> Result<f64> {
-                let mut cache = d.new_cache();
-                let toks = prompt_ids(n, vocab, 0);
-                let t = Instant::now();
-                let last = d.forward(&mut [&mut cache], &[&toks])?;
-                d.logits(&last)?;
-                Ok(n as f64 / t.elapsed().as_secs_f64())
-            };
-            prefill(a.prompt.min(64))?;
-            put("prefill", median((0..a.reps).map(|_| prefill(a.prompt)).collect::<Result<_>>()?), "tok/s");
-            let mut kv_bytes = 0;
-            for &b in &a.batch {
-                let decode = |steps: usize, kv: &mut usize| -> Result<f64> {
-                    let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
-                    let mut next = Vec::with_capacity(b);
-                    for (s, c) in caches.iter_mut().enumerate() {
-                        let last = d.forward(&mut [c], &[&prompt_ids(a.context, vocab, s)])?;
-                        next.push(argmax(d.logits(&last)?.row(0)));
-                    }
-                    let t = Instant::now();
-                    crate::model::greedy_steps(d, &mut caches, &mut next, steps)?;
-                    *kv = (*kv).max(caches.iter().map(|c| c.bytes()).sum());
-                    Ok((b * steps) as f64 / t.elapsed().as_secs_f64())
-                };
-                decode(2, &mut kv_bytes)?;
-                let r = median((0..a.reps).map(|_| decode(a.steps, &mut kv_bytes)).collect::<Result<_>>()?);
-                put(&format!("decode_b{b}"), r, "tok/s");
-            }
-            let (rss, hwm) = memory();
-            let file = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
-            println!(
-                "memory: file {:.1} MB, resident before load {:.1} MB, after load {:.1} MB (model {:.2}× the file), at end {:.1} MB, peak {:.1} MB, KV cache (largest batch) {:.1} MB",
-                file as f64 / 1e6,
-                rss_before as f64 / 1e6,
-                rss_loaded as f64 / 1e6,
-                rss_loaded.saturating_sub(rss_before) as f64 / file.max(1) as f64,
-                rss as f64 / 1e6,
-                hwm as f64 / 1e6,
-                kv_bytes as f64 / 1e6
-            );
-            for (k, v) in [
-                ("file_bytes", file),
-                ("rss_before", rss_before),
-                ("rss_loaded", rss_loaded),
-                ("rss_end", rss),
-                ("rss_peak", hwm),
-                ("kv_bytes", kv_bytes as u64),
-            ] {
-                cells.insert(k.into(), v.into());
-            }
-        }
+        models::Kind::Bert { .. } => embedder(&a, exec, &spent, &mut cells)?,
+        models::Kind::Decoder(_) => generator(&a, exec, &spent, &mut cells)?,
     }
+    let cells = cells.map;
     if let Some(path) = &a.json {
         let doc = serde_json::json!({
             "runtime": "GELO sealed",
@@ -182,6 +114,153 @@ pub fn run(a: SealedArgs) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
     }
     Ok(())
+}
+
+/// The cells of one run, printed as they come and kept for the JSON.
+struct Cells {
+    name: String,
+    threads: usize,
+    map: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Cells {
+    fn put(&mut self, k: &str, v: f64, unit: &str) {
+        println!("| GELO sealed | {} | {k} | {v:.1} {unit} | {} threads |", self.name, self.threads);
+        self.map.insert(k.into(), v.into());
+    }
+}
+
+/// An embedder's cell: `--texts` texts of `--n` tokens a pass.
+fn embedder(a: &SealedArgs, exec: Arc<dyn Executor>, spent: &Spent, cells: &mut Cells) -> Result<()> {
+    let opts = models::LoadOptions { max_seq_length: Some(a.n), ..Default::default() };
+    let e = models::load_embedder(&a.model, exec, &opts)?;
+    // Tokenized once, outside the timed passes, as the peers are given token ids.
+    let inputs = (0..a.texts).map(|i| Ok(e.tokenize(&long_text(i, a.n), a.n)?.tokens)).collect::<Result<Vec<_>>>()?;
+    e.embed_tokens(&inputs)?;
+    spent.take();
+    let mut wall = Duration::ZERO;
+    let rates = (0..a.reps)
+        .map(|_| {
+            let t = Instant::now();
+            e.embed_tokens(&inputs)?;
+            wall += t.elapsed();
+            Ok(a.texts as f64 / t.elapsed().as_secs_f64())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let cell = format!("embed_{}x{}", a.texts, a.n);
+    cells.put(&cell, median(rates), "texts/s");
+    if a.profile {
+        report(&mut cells.map, &cell, wall / a.reps as u32, spent.take(), a.reps);
+    }
+    Ok(())
+}
+
+/// A generator's cells: prefill, then decode at each batch size, and its memory.
+fn generator(a: &SealedArgs, exec: Arc<dyn Executor>, spent: &Spent, cells: &mut Cells) -> Result<()> {
+    // The process before the model (binary, runtime, pool): what the model adds is
+    // the difference.
+    let (rss_before, _) = memory();
+    let g = models::load_generator(&a.model, exec, &models::LoadOptions::default())?;
+    let (rss_loaded, _) = memory();
+    // Heap and mapped-file pages apart: a mapped model's pages count once touched.
+    let split = status_fields(&["RssAnon:", "RssFile:"]);
+    println!(
+        "memory after load: anonymous {:.1} MB, file-backed {:.1} MB",
+        split[0] as f64 / 1e6,
+        split[1] as f64 / 1e6
+    );
+    let d = &g.decoder;
+    let vocab = d.cfg.vocab_size;
+    let prefill = |n: usize| -> Result<f64> {
+        let mut cache = d.new_cache();
+        let toks = prompt_ids(n, vocab, 0);
+        let t = Instant::now();
+        let last = d.forward(&mut [&mut cache], &[&toks])?;
+        d.logits(&last)?;
+        Ok(n as f64 / t.elapsed().as_secs_f64())
+    };
+    prefill(a.prompt.min(64))?;
+    spent.take();
+    let t = Instant::now();
+    let rate = median((0..a.reps).map(|_| prefill(a.prompt)).collect::<Result<_>>()?);
+    let wall = t.elapsed();
+    cells.put("prefill", rate, "tok/s");
+    let mut profiles = vec![("prefill".to_string(), wall / a.reps as u32, spent.take())];
+    let mut kv_bytes = 0;
+    for &b in &a.batch {
+        // The steps' rate, and the executor's time within them (not the prompts').
+        let decode = |steps: usize, kv: &mut usize| -> Result<(f64, (Duration, Duration))> {
+            let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
+            let mut next = Vec::with_capacity(b);
+            for (s, c) in caches.iter_mut().enumerate() {
+                let last = d.forward(&mut [c], &[&prompt_ids(a.context, vocab, s)])?;
+                next.push(argmax(d.logits(&last)?.row(0)));
+            }
+            spent.take();
+            let t = Instant::now();
+            crate::model::greedy_steps(d, &mut caches, &mut next, steps)?;
+            let elapsed = t.elapsed();
+            *kv = (*kv).max(caches.iter().map(|c| c.bytes()).sum());
+            Ok(((b * steps) as f64 / elapsed.as_secs_f64(), spent.take()))
+        };
+        decode(2, &mut kv_bytes)?;
+        let runs = (0..a.reps).map(|_| decode(a.steps, &mut kv_bytes)).collect::<Result<Vec<_>>>()?;
+        let rates: Vec<f64> = runs.iter().map(|r| r.0).collect();
+        let wall = rates.iter().map(|r| Duration::from_secs_f64((b * a.steps) as f64 / r)).sum::<Duration>();
+        let taken = runs.iter().fold((Duration::ZERO, Duration::ZERO), |acc, r| (acc.0 + r.1.0, acc.1 + r.1.1));
+        let cell = format!("decode_b{b}");
+        cells.put(&cell, median(rates), "tok/s");
+        profiles.push((cell, wall / a.reps as u32, taken));
+    }
+    if a.profile {
+        for (cell, wall, taken) in profiles {
+            report(&mut cells.map, &cell, wall, taken, a.reps);
+        }
+    }
+    let (rss, hwm) = memory();
+    let file = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "memory: file {:.1} MB, resident before load {:.1} MB, after load {:.1} MB (model {:.2}× the file), at end {:.1} MB, peak {:.1} MB, KV cache (largest batch) {:.1} MB",
+        file as f64 / 1e6,
+        rss_before as f64 / 1e6,
+        rss_loaded as f64 / 1e6,
+        rss_loaded.saturating_sub(rss_before) as f64 / file.max(1) as f64,
+        rss as f64 / 1e6,
+        hwm as f64 / 1e6,
+        kv_bytes as f64 / 1e6
+    );
+    for (k, v) in [
+        ("file_bytes", file),
+        ("rss_before", rss_before),
+        ("rss_loaded", rss_loaded),
+        ("rss_end", rss),
+        ("rss_peak", hwm),
+        ("kv_bytes", kv_bytes as u64),
+    ] {
+        cells.map.insert(k.into(), v.into());
+    }
+    Ok(())
+}
+
+/// Prints and records `cell`'s time per repetition (`wall`) split into the products,
+/// attention and the rest, from the executor's time over `reps` repetitions.
+fn report(
+    cells: &mut serde_json::Map<String, serde_json::Value>,
+    cell: &str,
+    wall: Duration,
+    (linear, attend): (Duration, Duration),
+    reps: usize,
+) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (linear, attend) = (ms(linear) / reps as f64, ms(attend) / reps as f64);
+    let rest = (ms(wall) - linear - attend).max(0.0);
+    println!(
+        "profile {cell}: {:.2} ms a repetition: products {linear:.2} ms, attention {attend:.2} ms, rest {rest:.2} ms",
+        ms(wall)
+    );
+    for (k, v) in [("linear", linear), ("attend", attend), ("rest", rest)] {
+        cells.insert(format!("{cell}_{k}_ms"), v.into());
+    }
 }
 
 /// A text of well over `n` tokens for any tokenizer (the embedder cuts it to `n`), distinct
