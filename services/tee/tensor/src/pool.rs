@@ -14,7 +14,7 @@
 //! so nesting and concurrent callers cannot deadlock.
 
 use std::{
-    cell::Cell,
+    cell::{Cell, UnsafeCell},
     sync::{
         Arc, Condvar, Mutex, OnceLock,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
@@ -29,24 +29,23 @@ use std::{
 const SPIN: Duration = Duration::from_micros(400);
 
 /// The work of one region: `f(task)` for every `task < tasks`.
+#[derive(Clone, Copy)]
 struct Job {
     f: *const (dyn Fn(usize) + Sync),
     tasks: usize,
-    /// Set by the caller once every task is claimed: a worker that joins later must not
-    /// touch `f` (the caller no longer waits for it).
-    closed: AtomicBool,
 }
-
-// SAFETY: `f` points at a `Sync` closure that `Pool::run` keeps alive until every worker
-// that joined the region has left it (see `join` and `Pool::run`).
-unsafe impl Send for Job {}
-unsafe impl Sync for Job {}
 
 struct Shared {
     /// Bumped once per region; workers compare it with the last one they served.
     generation: AtomicU64,
-    /// The current region's job, valid while its generation is current.
-    job: Mutex<Option<Arc<Job>>>,
+    /// The current region's job. Written by the region's caller before it bumps
+    /// `generation`, read by a worker only after it has joined a region not yet closed
+    /// (see `join`), so never read while written. No lock: a lock taken by every worker at
+    /// every region is a convoy on many cores (15 workers contending for it each time).
+    job: UnsafeCell<Option<Job>>,
+    /// The last generation whose tasks were all claimed: a worker that joins it later must
+    /// not touch its job (the caller no longer waits for it).
+    closed: AtomicU64,
     /// Next task index to claim.
     next: AtomicUsize,
     /// Workers inside the current region (joined and not yet left).
@@ -57,6 +56,12 @@ struct Shared {
     wake: Condvar,
     shutdown: AtomicBool,
 }
+
+// SAFETY: `job` is written only by the one caller that holds `Pool::busy`, while no worker
+// is inside a region (`active == 0` after `closed` was raised), and read only by workers
+// inside an open region; its closure is `Sync` and outlives the region (`Pool::run`).
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
 
 /// A fixed set of compute threads; see the module documentation.
 pub struct Pool {
@@ -77,7 +82,8 @@ impl Pool {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
-            job: Mutex::new(None),
+            job: UnsafeCell::new(None),
+            closed: AtomicU64::new(0),
             next: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
@@ -116,23 +122,26 @@ impl Pool {
         // worker joins it after) and every worker that joined has left (`active == 0`), so
         // `f` outlives its uses.
         let f: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
-        let job = Arc::new(Job { f, tasks, closed: AtomicBool::new(false) });
+        let job = Job { f, tasks };
+        let generation = s.generation.load(Ordering::Relaxed) + 1;
+        // SAFETY: this caller holds `busy`, and the last region ended with no worker inside
+        // it (`active == 0` after `closed`): no one reads `job` now (see `Shared`).
+        unsafe { *s.job.get() = Some(job) };
         s.next.store(0, Ordering::Relaxed);
-        *s.job.lock().expect("pool job lock") = Some(job.clone());
         // SeqCst here and on the sleeper's side: the bump and a worker's decision to sleep
         // are a store-then-load on each side, which only total order keeps from both
         // reading stale values (the worker asleep, the caller not waking it).
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        s.generation.store(generation, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.sleep_lock.lock().expect("pool sleep lock");
             s.wake.notify_all();
         }
-        claim_tasks(s, &job);
+        claim_tasks(s, job);
         // Every task is claimed. Workers that have not joined yet (descheduled, on a
         // machine with more runnable threads than cores) are not waited for: closing the
-        // job turns them away. SeqCst pairs with `join`: either a worker's join comes
+        // region turns them away. SeqCst pairs with `join`: either a worker's join comes
         // first in the total order and this loop sees it, or the worker sees `closed`.
-        job.closed.store(true, Ordering::SeqCst);
+        s.closed.store(generation, Ordering::SeqCst);
         let mut spins = 0u32;
         while s.active.load(Ordering::SeqCst) > 0 {
             spins = spins.wrapping_add(1);
@@ -142,7 +151,6 @@ impl Pool {
             }
             std::hint::spin_loop();
         }
-        *s.job.lock().expect("pool job lock") = None;
     }
 
     /// Splits `0..n` into about `pieces_per_thread` pieces a thread, each at least `min`
@@ -215,7 +223,7 @@ impl Drop for Pool {
     }
 }
 
-fn claim_tasks(s: &Shared, job: &Job) {
+fn claim_tasks(s: &Shared, job: Job) {
     loop {
         let t = s.next.fetch_add(1, Ordering::Relaxed);
         if t >= job.tasks {
@@ -265,21 +273,22 @@ fn worker(s: &Shared) {
             return;
         }
         // 2. Serve it, unless its caller already finished it.
-        let job = s.job.lock().expect("pool job lock").clone();
-        if let Some(job) = job
-            && join(s, &job)
-        {
-            claim_tasks(s, &job);
+        if join(s, seen) {
+            // SAFETY: joined to an open region: its caller wrote `job` before the
+            // generation this thread read, and waits for this thread before writing again.
+            if let Some(job) = unsafe { *s.job.get() } {
+                claim_tasks(s, job);
+            }
             s.active.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
 
-/// Enters `job`'s region if it is still open; a `true` return must be paired with a
-/// decrement of `active` when the worker leaves.
-fn join(s: &Shared, job: &Job) -> bool {
+/// Enters the region of `generation` if it is still open; a `true` return must be paired
+/// with a decrement of `active` when the worker leaves.
+fn join(s: &Shared, generation: u64) -> bool {
     s.active.fetch_add(1, Ordering::SeqCst);
-    if job.closed.load(Ordering::SeqCst) {
+    if s.closed.load(Ordering::SeqCst) >= generation {
         s.active.fetch_sub(1, Ordering::SeqCst);
         return false;
     }

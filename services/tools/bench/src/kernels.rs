@@ -122,6 +122,27 @@ fn copy_bandwidth(seconds: f64) -> f64 {
     (2 * n * 4) as f64 / s / 1e9
 }
 
+/// Microseconds a region of one [`TASK`]-long task per thread takes on the compute pool,
+/// against `TASK` had every thread started at once: the rest is what every parallel region
+/// of a forward pass pays on top of its work (the hand-off to the workers, their joining,
+/// the caller's wait). A decode step runs hundreds of regions.
+fn region_cost(seconds: f64) -> f64 {
+    const REGIONS: usize = 1000;
+    const TASK: std::time::Duration = std::time::Duration::from_micros(5);
+    let pool = tensor::pool::global();
+    let s = time(seconds, || {
+        for _ in 0..REGIONS {
+            pool.run(pool.threads(), &|_| {
+                let t = Instant::now();
+                while t.elapsed() < TASK {
+                    std::hint::spin_loop();
+                }
+            });
+        }
+    });
+    s / REGIONS as f64 * 1e6
+}
+
 pub fn run(a: KernelArgs) -> Result<()> {
     let isa = match &a.isa {
         Some(name) => *Isa::available()
@@ -132,6 +153,7 @@ pub fn run(a: KernelArgs) -> Result<()> {
     };
     let threads = tensor::pool::global().threads();
     println!("copy bandwidth ({threads} threads): {:.1} GB/s", copy_bandwidth(a.seconds));
+    println!("a region of one 5 µs task a thread ({threads} threads): {:.2} µs", region_cost(a.seconds));
     println!("| format | out × in | rows | {} threads, {} | GB/s of weights | GMAC/s |", threads, isa.name());
     println!("|---|---|---|---|---|---|");
     for f in &a.formats {
