@@ -2,7 +2,9 @@
 //! up the wall time of the products (`linear`, `linear_many`, their input checks included)
 //! and of attention (`attend`, `attend_sequences`) apart. What is left of a timed pass is
 //! the model code between them — norms, activations, residuals, the heads' copies, RoPE,
-//! embeddings — which is where a pass that does not scale with threads loses them.
+//! embeddings — which is where a pass that does not scale with threads loses them. The
+//! process's minor page faults are counted beside them: memory the allocator hands back to
+//! the kernel and takes again is zeroed and mapped anew on every pass.
 
 use std::{
     sync::{
@@ -25,19 +27,47 @@ type ProtocolResult<T> = Result<T, ProtocolError>;
 pub struct Spent {
     linear: AtomicU64,
     attend: AtomicU64,
+    /// The process's minor faults at the last `take`.
+    faults: AtomicU64,
+}
+
+/// What [`Spent::take`] returns: the executor's time and the process's minor page faults
+/// since the last take.
+#[derive(Clone, Copy, Default)]
+pub struct Taken {
+    pub linear: Duration,
+    pub attend: Duration,
+    pub faults: u64,
+}
+
+impl std::ops::Add for Taken {
+    type Output = Taken;
+    fn add(self, o: Taken) -> Taken {
+        Taken { linear: self.linear + o.linear, attend: self.attend + o.attend, faults: self.faults + o.faults }
+    }
 }
 
 impl Spent {
-    /// The products' and attention's time so far, reset to zero.
-    pub fn take(&self) -> (Duration, Duration) {
+    /// The products' and attention's time and the page faults so far, reset to zero.
+    pub fn take(&self) -> Taken {
         let ns = |a: &AtomicU64| Duration::from_nanos(a.swap(0, Ordering::Relaxed));
-        (ns(&self.linear), ns(&self.attend))
+        let now = minor_faults();
+        let faults = now.saturating_sub(self.faults.swap(now, Ordering::Relaxed));
+        Taken { linear: ns(&self.linear), attend: ns(&self.attend), faults }
     }
 
     fn add(counter: &AtomicU64, since: Instant) {
         let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
         counter.fetch_add(ns, Ordering::Relaxed);
     }
+}
+
+/// The process's minor page faults so far (`/proc/self/stat`, Linux; 0 elsewhere).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces:
+    // state, ppid, pgrp, session, tty_nr, tpgid, flags, minflt.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(7)).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// `inner`, with its passes' calls timed into `spent`.

@@ -17,7 +17,7 @@ use anyhow::Result;
 use models::sampler::argmax;
 use protocol::{Executor, SealedExecutor};
 
-use crate::profile::{Spent, Timed};
+use crate::profile::{Spent, Taken, Timed};
 
 #[derive(clap::Args)]
 pub struct SealedArgs {
@@ -49,7 +49,7 @@ pub struct SealedArgs {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Split each cell's time into the products, attention and the model code between them
-    /// (`crate::profile`), printed and written as `<cell>_{linear,attend,rest}_ms` per pass.
+    /// (`crate::profile`), printed and written as `<cell>_{linear_ms,attend_ms,rest_ms,page_faults}` per repetition.
     #[arg(long)]
     profile: bool,
 }
@@ -189,7 +189,7 @@ fn generator(a: &SealedArgs, exec: Arc<dyn Executor>, spent: &Spent, cells: &mut
     let mut kv_bytes = 0;
     for &b in &a.batch {
         // The steps' rate, and the executor's time within them (not the prompts').
-        let decode = |steps: usize, kv: &mut usize| -> Result<(f64, (Duration, Duration))> {
+        let decode = |steps: usize, kv: &mut usize| -> Result<(f64, Taken)> {
             let mut caches: Vec<_> = (0..b).map(|_| d.new_cache()).collect();
             let mut next = Vec::with_capacity(b);
             for (s, c) in caches.iter_mut().enumerate() {
@@ -207,7 +207,7 @@ fn generator(a: &SealedArgs, exec: Arc<dyn Executor>, spent: &Spent, cells: &mut
         let runs = (0..a.reps).map(|_| decode(a.steps, &mut kv_bytes)).collect::<Result<Vec<_>>>()?;
         let rates: Vec<f64> = runs.iter().map(|r| r.0).collect();
         let wall = rates.iter().map(|r| Duration::from_secs_f64((b * a.steps) as f64 / r)).sum::<Duration>();
-        let taken = runs.iter().fold((Duration::ZERO, Duration::ZERO), |acc, r| (acc.0 + r.1.0, acc.1 + r.1.1));
+        let taken = runs.iter().fold(Taken::default(), |acc, r| acc + r.1);
         let cell = format!("decode_b{b}");
         cells.put(&cell, median(rates), "tok/s");
         profiles.push((cell, wall / a.reps as u32, taken));
@@ -244,22 +244,17 @@ fn generator(a: &SealedArgs, exec: Arc<dyn Executor>, spent: &Spent, cells: &mut
 
 /// Prints and records `cell`'s time per repetition (`wall`) split into the products,
 /// attention and the rest, from the executor's time over `reps` repetitions.
-fn report(
-    cells: &mut serde_json::Map<String, serde_json::Value>,
-    cell: &str,
-    wall: Duration,
-    (linear, attend): (Duration, Duration),
-    reps: usize,
-) {
+fn report(cells: &mut serde_json::Map<String, serde_json::Value>, cell: &str, wall: Duration, t: Taken, reps: usize) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let (linear, attend) = (ms(linear) / reps as f64, ms(attend) / reps as f64);
+    let (linear, attend) = (ms(t.linear) / reps as f64, ms(t.attend) / reps as f64);
     let rest = (ms(wall) - linear - attend).max(0.0);
+    let faults = t.faults as f64 / reps as f64;
     println!(
-        "profile {cell}: {:.2} ms a repetition: products {linear:.2} ms, attention {attend:.2} ms, rest {rest:.2} ms",
+        "profile {cell}: {:.2} ms a repetition: products {linear:.2} ms, attention {attend:.2} ms, rest {rest:.2} ms; {faults:.0} page faults",
         ms(wall)
     );
-    for (k, v) in [("linear", linear), ("attend", attend), ("rest", rest)] {
-        cells.insert(format!("{cell}_{k}_ms"), v.into());
+    for (k, v) in [("linear_ms", linear), ("attend_ms", attend), ("rest_ms", rest), ("page_faults", faults)] {
+        cells.insert(format!("{cell}_{k}"), v.into());
     }
 }
 
