@@ -135,8 +135,21 @@ impl Matrix {
         // a max per chunk is branch-free and vectorizes to packed maxima; this runs on every
         // linear's input.
         const EXP: u32 = 0x7f80_0000;
-        let start = (from * self.cols).min(self.data.len());
-        self.data[start..].chunks(1024).all(|c| c.iter().fold(0u32, |acc, v| acc.max(v.to_bits() & EXP)) != EXP)
+        let finite =
+            |d: &[f32]| d.chunks(1024).all(|c| c.iter().fold(0u32, |acc, v| acc.max(v.to_bits() & EXP)) != EXP);
+        let data = &self.data[(from * self.cols).min(self.data.len())..];
+        // A prefill's or a batch's activations are tens of megabytes: one core scanning them
+        // before every product is a serial stretch on many cores.
+        if data.len() < crate::cpu::PAR_COPY_MIN {
+            return finite(data);
+        }
+        let bad = std::sync::atomic::AtomicBool::new(false);
+        crate::pool::global().for_ranges(data.len(), 1 << 16, &|r| {
+            if !finite(&data[r]) {
+                bad.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        !bad.into_inner()
     }
 
     pub fn transpose(&self) -> Matrix {
@@ -210,6 +223,19 @@ mod tests {
                 assert!(!x.rows_finite(at / 700), "{bad} at {at}");
                 assert!(x.rows_finite(at / 700 + 1), "{bad} at {at}");
             }
+        }
+    }
+
+    /// Matrices large enough to be scanned in parallel pieces find a bad value in any piece.
+    #[test]
+    fn finiteness_of_large_matrices_sees_every_piece() {
+        let m = Matrix::from_fn(600, 1000, |r, c| ((r * 1000 + c) % 977) as f32 - 400.0);
+        assert!(m.is_finite() && m.rows_finite(300));
+        for at in [0, 65_535, 65_536, 299_999, 300_000, 599_999] {
+            let mut x = m.clone();
+            x.as_mut_slice()[at] = f32::NAN;
+            assert!(!x.is_finite(), "NaN at {at}");
+            assert_eq!(x.rows_finite(300), at < 300_000, "NaN at {at}, rows from 300");
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Runtime CPU-feature dispatch for hand-written hot loops.
 //!
 //! The default x86-64 target only guarantees SSE2. [`simd_dispatch!`] compiles a function
-//! body twice — once with AVX2+FMA enabled, once for the baseline — and picks at run time,
-//! so binaries stay portable while loops vectorize 8-wide where the CPU allows.
+//! body three times — with AVX-512 (F, BW, DQ, VL), with AVX2+FMA, and for the baseline —
+//! and picks at run time, so binaries stay portable while loops vectorize 16- or 8-wide
+//! where the CPU allows.
 
 /// Defines `fn $name(..)` whose body is compiled for AVX2+FMA and for the baseline, chosen
 /// at run time. The body must be safe code; slices and scalars only.
@@ -15,9 +16,17 @@ macro_rules! simd_dispatch {
             fn generic($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
+                }
+                if $crate::simd::has_avx512() {
+                    // SAFETY: the CPU supports the features `avx512` was compiled for.
+                    return unsafe { avx512($($arg),*) };
                 }
                 if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                     // SAFETY: the CPU supports the features `avx2` was compiled for.
@@ -27,6 +36,24 @@ macro_rules! simd_dispatch {
             generic($($arg),*)
         }
     };
+}
+
+/// Whether the AVX-512 paths of [`simd_dispatch!`] can run on this CPU (AVX2 and FMA
+/// included; cached by the standard library).
+#[inline]
+pub fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx2_fma()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512dq")
+            && std::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Whether the AVX2+FMA paths can run on this CPU (cached by the standard library).
@@ -153,6 +180,51 @@ simd_dispatch! {
         for v in x.iter_mut() {
             *v = 0.5 * *v * (1.0 + erf(*v * std::f32::consts::FRAC_1_SQRT_2));
         }
+    }
+}
+
+simd_dispatch! {
+    /// The largest of `scale·x` (−∞ for an empty slice), in sixteen lanes so that it
+    /// vectorizes.
+    pub fn max_scaled(x: &[f32], scale: f32) -> f32 {
+        let mut lanes = [f32::NEG_INFINITY; 16];
+        let chunks = x.chunks_exact(16);
+        let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v * scale));
+        for c in chunks {
+            for k in 0..16 {
+                lanes[k] = lanes[k].max(c[k] * scale);
+            }
+        }
+        lanes.iter().fold(tail, |m, &l| m.max(l))
+    }
+}
+
+/// `e^d`, and exactly 0 below f32's range (a masked score, `−∞`, included): [`exp`] clamps
+/// there instead.
+#[inline(always)]
+fn exp_or_zero(d: f32) -> f32 {
+    let e = exp(d);
+    if d < -87.33 { 0.0 } else { e }
+}
+
+simd_dispatch! {
+    /// `x ← e^(scale·x − shift)`, returning the sum of the new values (sixteen partial
+    /// sums, so the loop vectorizes; libm's `expf` would be a call per element).
+    pub fn exp_shifted(x: &mut [f32], scale: f32, shift: f32) -> f32 {
+        let mut lanes = [0.0f32; 16];
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            for k in 0..16 {
+                c[k] = exp_or_zero(c[k] * scale - shift);
+                lanes[k] += c[k];
+            }
+        }
+        let mut tail = 0.0;
+        for v in chunks.into_remainder() {
+            *v = exp_or_zero(*v * scale - shift);
+            tail += *v;
+        }
+        lanes.iter().sum::<f32>() + tail
     }
 }
 

@@ -9,8 +9,8 @@ use crate::{Matrix, WeightLayout, pool};
 /// `x · W` for a public weight of shape `(d_in, d_out)` held as f32 in `layout`: few rows
 /// stream the weight once ([`SMALL_M`]), more go through the blocked GEMM.
 pub fn linear(x: &Matrix, d_in: usize, d_out: usize, layout: WeightLayout, w: &[f32]) -> Matrix {
-    let mut out = Matrix::zeros(x.rows(), d_out);
     if x.rows() <= SMALL_M {
+        let mut out = Matrix::zeros(x.rows(), d_out);
         small_m(x, d_in, d_out, layout, w, out.as_mut_slice());
         return out;
     }
@@ -18,8 +18,28 @@ pub fn linear(x: &Matrix, d_in: usize, d_out: usize, layout: WeightLayout, w: &[
         WeightLayout::InOut => (d_out, 1),
         WeightLayout::OutIn => (1, d_in),
     };
-    sgemm(x.rows(), d_out, d_in, x.as_slice(), (x.cols(), 1), w, (rs, cs), out.as_mut_slice());
-    out
+    product(x.rows(), d_out, d_in, (x.as_slice(), (x.cols(), 1)), (w, (rs, cs)), true)
+}
+
+/// A new `m × n` matrix `a · b` (operands with their strides, as for [`sgemm`]). The
+/// product overwrites every element, so there is no zeroing pass first: a BERT-base batch's
+/// intermediate product is 100 MB, which one thread would clear before the pool starts.
+fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: (&[f32], (usize, usize)),
+    b: (&[f32], (usize, usize)),
+    may_fork: bool,
+) -> Matrix {
+    let mut c = Vec::with_capacity(m * n);
+    // SAFETY: `c` has room for the `m × n` result, which `sgemm_impl` writes in full without
+    // reading it (`accumulate` false); only then is the length set.
+    unsafe {
+        sgemm_impl(m, n, k, a.0, a.1, b.0, b.1, (pool::SyncPtr(c.as_mut_ptr()), m * n), false, may_fork);
+        c.set_len(m * n);
+    }
+    Matrix::from_vec(m, n, c).expect("m × n values")
 }
 
 /// Flops below which splitting TEE work over rayon's pool costs more than it saves. A fork
@@ -218,20 +238,16 @@ crate::simd_dispatch! {
     }
 }
 
-/// Numerically stable softmax of `scale · row`, in place.
+/// Numerically stable softmax of `scale · row`, in place, vectorized (the exponentials are
+/// [`crate::simd::exp`]'s, within 2 ulp of libm's).
 pub fn softmax_in_place(row: &mut [f32], scale: f32) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v * scale));
+    let max = crate::simd::max_scaled(row, scale);
     if max == f32::NEG_INFINITY {
         // Every entry masked out: define the result as uniform zero weight.
         row.iter_mut().for_each(|v| *v = 0.0);
         return;
     }
-    let mut sum = 0.0f32;
-    for v in row.iter_mut() {
-        *v = (*v * scale - max).exp();
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
+    let inv = 1.0 / crate::simd::exp_shifted(row, scale, max);
     row.iter_mut().for_each(|v| *v *= inv);
 }
 
@@ -249,7 +265,8 @@ pub fn sgemm(
     b_strides: (usize, usize),
     c: &mut [f32],
 ) {
-    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, false, true);
+    // SAFETY: `c` is an exclusively borrowed slice of its own length.
+    unsafe { sgemm_impl(m, n, k, a, a_strides, b, b_strides, (pool::SyncPtr(c.as_mut_ptr()), c.len()), false, true) };
 }
 
 /// `c += a · b`, with the shapes and strides of [`sgemm`].
@@ -264,11 +281,18 @@ pub fn sgemm_acc(
     b_strides: (usize, usize),
     c: &mut [f32],
 ) {
-    sgemm_impl(m, n, k, a, a_strides, b, b_strides, c, true, true);
+    // SAFETY: `c` is an exclusively borrowed slice of its own length.
+    unsafe { sgemm_impl(m, n, k, a, a_strides, b, b_strides, (pool::SyncPtr(c.as_mut_ptr()), c.len()), true, true) };
 }
 
+/// The product into `c = (pointer, length)`.
+///
+/// # Safety
+/// `c` is valid for writes of `length` values, which no one else reads or writes during the
+/// call; they may be uninitialised where `accumulate` is false (every one of the `m × n` is
+/// then written, none read).
 #[allow(clippy::too_many_arguments)]
-fn sgemm_impl(
+unsafe fn sgemm_impl(
     m: usize,
     n: usize,
     k: usize,
@@ -276,17 +300,18 @@ fn sgemm_impl(
     a_strides: (usize, usize),
     b: &[f32],
     b_strides: (usize, usize),
-    c: &mut [f32],
+    (cp, c_len): (pool::SyncPtr<f32>, usize),
     accumulate: bool,
     may_fork: bool,
 ) {
-    assert!(c.len() >= m * n, "sgemm output too small");
+    assert!(c_len >= m * n, "sgemm output too small");
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         if !accumulate {
-            c[..m * n].iter_mut().for_each(|v| *v = 0.0);
+            // SAFETY: `c` is valid for `m × n ≤ c_len` writes.
+            unsafe { std::ptr::write_bytes(cp.get(), 0, m * n) };
         }
         return;
     }
@@ -296,7 +321,6 @@ fn sgemm_impl(
     let flops = 2 * m * n * k;
     let threads = pool::global().threads();
     let ldc = n;
-    let cp = pool::SyncPtr(c.as_mut_ptr());
     let one = |m: usize, n: usize, a_off: usize, b_off: usize, c_off: usize| {
         // SAFETY: the asserts above keep every index inside the slices for the whole
         // product, so for any block of its rows or columns; `c` is exclusively borrowed,
@@ -427,9 +451,7 @@ pub fn matmul_on(a: &Matrix, b: &Matrix, transpose_b: bool, may_fork: bool) -> M
     let (k, n, bs) =
         if transpose_b { (b.cols(), b.rows(), (1, b.cols())) } else { (b.rows(), b.cols(), (b.cols(), 1)) };
     assert_eq!(a.cols(), k, "matmul inner dimensions differ");
-    let mut c = Matrix::zeros(a.rows(), n);
-    sgemm_impl(a.rows(), n, k, a.as_slice(), (a.cols(), 1), b.as_slice(), bs, c.as_mut_slice(), false, may_fork);
-    c
+    product(a.rows(), n, k, (a.as_slice(), (a.cols(), 1)), (b.as_slice(), bs), may_fork)
 }
 
 /// `aᵀ · b` for plain matrices.

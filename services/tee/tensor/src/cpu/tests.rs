@@ -73,6 +73,30 @@ fn softmax_rows_sum_to_one_and_handle_large_values() {
     assert!((rows[0][0] - 0.5).abs() < 1e-6 && rows[0][2] == 0.0);
 }
 
+/// The vectorized softmax against an f64 one: every length around the 16-lane blocks,
+/// masked (−∞) entries exactly 0, scores wide enough to reach f32's range.
+#[test]
+fn softmax_agrees_with_f64_at_every_length() {
+    for len in [1usize, 2, 15, 16, 17, 31, 33, 128, 1000] {
+        let row: Vec<f32> = (0..len)
+            .map(|i| if i % 7 == 3 { f32::NEG_INFINITY } else { ((i * 37 % 101) as f32 - 50.0) * 0.9 })
+            .collect();
+        let scale = 0.5f32;
+        let mut got = row.clone();
+        softmax_in_place(&mut got, scale);
+        let max = row.iter().map(|&v| f64::from(v * scale)).fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = row.iter().map(|&v| (f64::from(v * scale) - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for (i, (&g, &w)) in got.iter().zip(&e).enumerate() {
+            let w = w / sum;
+            assert!((f64::from(g) - w).abs() <= 1e-6 * w.max(1e-3), "len {len}, entry {i}: {g} vs {w}");
+            if row[i] == f32::NEG_INFINITY {
+                assert_eq!(g, 0.0, "a masked entry is exactly 0");
+            }
+        }
+    }
+}
+
 /// A parallel copy appends exactly what a plain one does, below and above its threshold,
 /// after what the buffer already held.
 #[test]
