@@ -18,10 +18,11 @@ mod weights;
 
 use std::sync::Arc;
 
-pub use engine::{CallStats, DEFAULT_SPIN_WAIT, Plan, WgpuConfig, WgpuEngine};
+pub use engine::{CallStats, DEFAULT_SPIN_WAIT, Plan, RING_KERNEL_ENV, WgpuConfig, WgpuEngine};
 use kernels::CpuEngine;
 use protocol::{Engine, EngineError};
 pub use select::{AdapterSpec, AdapterSummary, adapters};
+pub use shaders::RingKernel;
 /// Adapter kinds, as [`AdapterSummary::device_type`] reports them.
 pub use wgpu::DeviceType;
 

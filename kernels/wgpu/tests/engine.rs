@@ -4,6 +4,10 @@
 //!
 //! One engine is shared by the tests (they run on parallel threads, which also exercises the
 //! slot pool); tests that need their own settings or break their device open their own.
+//! The ring products of the `dual-lpn` protection are tested in `engine/ring.rs`.
+
+#[path = "engine/ring.rs"]
+mod ring;
 
 use std::sync::{Arc, OnceLock};
 

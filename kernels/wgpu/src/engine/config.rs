@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use tensor::Precision;
+
+use crate::shaders::RingKernel;
 // Named in the docs only.
 #[cfg(doc)]
 use protocol::{EngineInfo, Registered};
@@ -52,7 +54,15 @@ pub struct WgpuConfig {
     /// [`DEFAULT_SPIN_WAIT`] on hardware GPUs, none on software rasterizers, whose own
     /// threads need the cores.
     pub spin_wait: Option<Duration>,
+    /// How ring products (`dual-lpn`) multiply: 32-bit multiply-adds of sign-extended
+    /// weights, or byte planes through `dot4I8Packed` (docs/GPU.md, "Ring products").
+    /// `None`: the environment variable [`RING_KERNEL_ENV`] (`u32` or `dot4`) when set,
+    /// else `u32`, the faster on the devices measured.
+    pub ring_kernel: Option<RingKernel>,
 }
+
+/// The environment variable that picks the ring kernel when the configuration does not.
+pub const RING_KERNEL_ENV: &str = "GELO_RING_KERNEL";
 
 impl Default for WgpuConfig {
     fn default() -> Self {
@@ -65,6 +75,18 @@ impl Default for WgpuConfig {
             tensor_cores: false,
             recycle_bytes: kernels::pool::DEFAULT_MAX_BYTES,
             spin_wait: None,
+            ring_kernel: None,
+        }
+    }
+}
+
+impl WgpuConfig {
+    /// [`WgpuConfig::ring_kernel`], else [`RING_KERNEL_ENV`], else `u32`.
+    pub(super) fn resolved_ring_kernel(&self) -> Result<RingKernel, protocol::EngineError> {
+        match (self.ring_kernel, std::env::var(RING_KERNEL_ENV)) {
+            (Some(k), _) => Ok(k),
+            (None, Ok(v)) => v.parse().map_err(|e| protocol::EngineError::Backend(format!("{RING_KERNEL_ENV}: {e}"))),
+            (None, Err(_)) => Ok(RingKernel::U32),
         }
     }
 }

@@ -13,16 +13,19 @@ use tensor::{Matrix, WeightId, WeightLayout};
 use super::{
     WgpuEngine, compile,
     plan::{Plan, splits_evenly},
+    ring::GpuRing,
 };
 use crate::{
     shaders::{self, GemmKey, GemmParams, PARAMS_BYTES, REDUCE_THREADS, ReduceParams, SoftmaxParams, Tile, WeightType},
     weights::GpuWeight,
 };
 
-/// Which buffer a GEMM reads `W` from: a resident weight, or the call's own operands.
+/// Which buffer a GEMM reads `W` from: a resident weight, a resident int8 weight of the
+/// ring products, or the call's own operands.
 #[derive(Clone)]
 pub(super) enum WSource {
     Weight(Arc<GpuWeight>),
+    Ring(Arc<GpuRing>),
     Input,
 }
 
@@ -30,6 +33,7 @@ impl WSource {
     pub(super) fn key(&self) -> u64 {
         match self {
             WSource::Weight(w) => w.serial,
+            WSource::Ring(w) => w.serial,
             WSource::Input => 0,
         }
     }

@@ -11,7 +11,8 @@
 //! lives along the way of a call: `config` (settings and call statistics), `registry`
 //! (resident weights), `plan` (tile and split choice, autotuning), `jobs` (a call's
 //! dispatches and parameter blocks), `slots` (the pooled call buffers and their bind groups)
-//! and `execute` (upload, submission, wait and read-back).
+//! and `execute` (upload, submission, wait and read-back); `ring` holds the int8 weights
+//! and jobs of the ring products (`dual-lpn`), which take the same way.
 
 use std::{
     collections::HashMap,
@@ -23,13 +24,13 @@ use std::{
     time::Duration,
 };
 
-use protocol::{Engine, EngineError, EngineInfo, Masked, Registered};
-use tensor::{Matrix, MatrixView, Precision, Weight, WeightId};
+use protocol::{Engine, EngineError, EngineInfo, Masked, Registered, RingMasked};
+use tensor::{Matrix, MatrixView, Precision, Weight, WeightId, ring::RingWeight};
 
 use crate::{
     device::Gpu,
     select::{AdapterSpec, AdapterSummary},
-    shaders::{self, GemmKey, PARAMS_BYTES, TILES, Tile},
+    shaders::{self, GemmKey, PARAMS_BYTES, RingKernel, RingKey, TILES, Tile},
     weights::GpuWeight,
 };
 
@@ -38,11 +39,13 @@ mod execute;
 mod jobs;
 mod plan;
 mod registry;
+mod ring;
 mod slots;
 
-pub use config::{CallStats, DEFAULT_SPIN_WAIT, WgpuConfig};
+pub use config::{CallStats, DEFAULT_SPIN_WAIT, RING_KERNEL_ENV, WgpuConfig};
 pub use plan::Plan;
 use plan::TuneKey;
+use ring::GpuRing;
 use slots::Slot;
 
 /// The Vulkan engine. Cheap to share: every method takes `&self` and is safe from many
@@ -61,6 +64,10 @@ pub struct WgpuEngine {
     autotune: bool,
     tuned: RwLock<HashMap<TuneKey, Plan>>,
     weights: RwLock<HashMap<WeightId, Arc<GpuWeight>>>,
+    /// int8 weights of the ring products (`dual-lpn`), a table of their own.
+    rings: RwLock<HashMap<WeightId, Arc<GpuRing>>>,
+    ring_pipelines: Mutex<HashMap<RingKey, Arc<wgpu::ComputePipeline>>>,
+    ring_kernel: RingKernel,
     resident: AtomicU64,
     serial: AtomicU64,
     /// Bumped by `unregister`, so cached bind groups never keep a dropped weight alive.
@@ -149,6 +156,7 @@ impl WgpuEngine {
         } else {
             DEFAULT_SPIN_WAIT
         });
+        let ring_kernel = cfg.resolved_ring_kernel()?;
         let softmax =
             gpu.scoped("compile", || compile(device, &pipeline_layout, "softmax", &shaders::softmax_wgsl()))?;
         let reduce = gpu.scoped("compile", || compile(device, &pipeline_layout, "reduce", &shaders::reduce_wgsl()))?;
@@ -166,6 +174,9 @@ impl WgpuEngine {
             autotune,
             tuned: RwLock::default(),
             weights: RwLock::default(),
+            rings: RwLock::default(),
+            ring_pipelines: Mutex::default(),
+            ring_kernel,
             resident: AtomicU64::new(0),
             serial: AtomicU64::new(1),
             epoch: AtomicU64::new(0),
@@ -312,5 +323,13 @@ impl Engine for WgpuEngine {
     fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
         let mut out = self.execute(self.softmax_job(x, scale)?)?;
         Ok(out.pop().expect("one output"))
+    }
+
+    fn register_ring(&self, id: WeightId, weight: Arc<RingWeight>) -> Result<(), EngineError> {
+        self.register_ring_weight(id, &weight)
+    }
+
+    fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
+        self.ring_products(x, ids)
     }
 }

@@ -93,13 +93,17 @@ impl WgpuEngine {
 
     /// [`protocol::Engine::unregister`].
     pub(super) fn unregister_weight(&self, id: &WeightId) -> Result<(), EngineError> {
-        let w = self
-            .weights
-            .write()
-            .expect("weight table poisoned")
-            .remove(id)
-            .ok_or_else(|| EngineError::UnknownWeight(id.clone()))?;
-        self.resident.fetch_sub(w.bytes, Ordering::Relaxed);
+        // An f32 weight, else an int8 weight of the ring products (the two tables are
+        // separate, as the CPU engine's are).
+        let f32_bytes = self.weights.write().expect("weight table poisoned").remove(id).map(|w| w.bytes);
+        let bytes = match f32_bytes {
+            Some(b) => b,
+            None => {
+                let ring = self.rings.write().expect("ring table poisoned").remove(id);
+                ring.ok_or_else(|| EngineError::UnknownWeight(id.clone()))?.bytes
+            }
+        };
+        self.resident.fetch_sub(bytes, Ordering::Relaxed);
         // Idle slots drop their bind groups now; busy ones when they are next taken.
         self.epoch.fetch_add(1, Ordering::AcqRel);
         for s in self.slots.lock().expect("slot pool poisoned").iter_mut() {

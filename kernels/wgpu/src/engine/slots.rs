@@ -110,6 +110,7 @@ impl WgpuEngine {
         let w_res = match w {
             // The whole 16-byte words the buffer holds: kernels may view it as `vec4`s.
             WSource::Weight(w) => whole(&w.buffer, w.bytes.next_multiple_of(16)),
+            WSource::Ring(w) => whole(&w.buffer, w.bytes),
             WSource::Input => whole(&slot.input, slot.in_cap),
         };
         let g = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {

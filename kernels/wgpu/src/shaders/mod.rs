@@ -13,8 +13,9 @@
 //!
 //! One file per kernel family: [`gemm_wgsl`] (the register-blocked GEMM, and the choice
 //! among the families) in `gemm.rs`, the few-row decode product in `skinny.rs`, the
-//! cooperative-matrix GEMM in `coop.rs`, the split-K sum in `reduce.rs` and the row softmax
-//! in `softmax.rs`. This file holds what they share: tiles, pipeline keys and the parameter
+//! cooperative-matrix GEMM in `coop.rs`, the split-K sum in `reduce.rs`, the row softmax
+//! in `softmax.rs`, and the integer GEMM modulo 2^32 of the `dual-lpn` protection in
+//! `ring.rs`. This file holds what they share: tiles, pipeline keys and the parameter
 //! blocks the host writes.
 
 use tensor::WeightLayout;
@@ -22,11 +23,14 @@ use tensor::WeightLayout;
 mod coop;
 mod gemm;
 mod reduce;
+mod ring;
 mod skinny;
 mod softmax;
 
 pub use gemm::gemm_wgsl;
 pub use reduce::reduce_wgsl;
+pub use ring::{RING_SKINNY_TILES, RING_TILES, RingKernel, RingKey, RingTile, ring_wgsl};
+pub(crate) use ring::{RingParams, pack_ring};
 pub use softmax::softmax_wgsl;
 
 /// Bytes of one dispatch's parameter block: the uniform binding's dynamic-offset stride.
@@ -365,6 +369,18 @@ mod tests {
     }
 
     #[test]
+    fn every_ring_variant_is_valid_wgsl() {
+        for kernel in [RingKernel::U32, RingKernel::Dot4] {
+            for tile in RING_TILES.iter().filter(|t| t.is_valid(kernel)).chain(&RING_SKINNY_TILES) {
+                validate(&ring_wgsl(&RingKey { tile: *tile, kernel }));
+            }
+        }
+        assert!(!RING_TILES[0].is_valid(RingKernel::Dot4), "four planes of 8×8 accumulators are too many");
+        assert!(RING_TILES.iter().all(|t| t.is_valid(RingKernel::U32)));
+        assert!(RING_SKINNY_TILES.iter().all(|t| t.is_valid(RingKernel::U32)));
+    }
+
+    #[test]
     fn softmax_and_reduce_are_valid_wgsl() {
         validate(&softmax_wgsl());
         validate(&reduce_wgsl());
@@ -375,5 +391,6 @@ mod tests {
         assert!(std::mem::size_of::<GemmParams>() as u64 <= PARAMS_BYTES);
         assert!(std::mem::size_of::<SoftmaxParams>() as u64 <= PARAMS_BYTES);
         assert!(std::mem::size_of::<ReduceParams>() as u64 <= PARAMS_BYTES);
+        assert!(std::mem::size_of::<RingParams>() as u64 <= PARAMS_BYTES);
     }
 }
