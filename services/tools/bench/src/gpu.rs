@@ -11,6 +11,8 @@
 //!   from one thread and from several at once.
 //! * `blocks`: a transformer block's linears plain vs masked (GELO) through
 //!   `protocol::MaskedExecutor` on this engine, with where the masked time goes.
+//! * `ring`: the ring products of `dual-lpn` (`x·W_q mod 2^32`, int8 weights) per linear
+//!   shape and row count, with each ring kernel (`u32`, `dot4`), checked bit for bit.
 //!
 //! Whole-model forwards (masked BERT-base / Qwen3-0.6B embedding at batch 32, Qwen3-1.7B
 //! decode) are `gelo bench model`.
@@ -21,11 +23,11 @@
 use std::{fs::File, io::Write, path::PathBuf, sync::Arc, time::Instant};
 
 use anyhow::{Context, Result};
-use kernels_wgpu::{CallStats, Plan, WgpuConfig, WgpuEngine};
+use kernels_wgpu::{CallStats, Plan, RingKernel, WgpuConfig, WgpuEngine};
 use protocol::{Engine, Masked, danger};
 use protocol::{MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor};
 use serde_json::{Value, json};
-use tensor::{Matrix, Precision, Weight, WeightData, WeightId, WeightLayout};
+use tensor::{Matrix, Precision, Weight, WeightData, WeightId, WeightLayout, ring::RingWeight};
 
 use crate::linears as bench;
 
@@ -34,7 +36,7 @@ pub struct Args {
     /// Engine: `vulkan`, `vulkan:N` or `vulkan:<name substring>`.
     #[arg(long, default_value = "vulkan")]
     engine: String,
-    /// What to run: gemm, tiles, roundtrip, blocks.
+    /// What to run: gemm, tiles, roundtrip, blocks, ring.
     #[arg(long, value_delimiter = ',', default_value = "gemm,roundtrip,blocks")]
     sections: Vec<String>,
     /// Models whose layer shapes are measured: qwen3-0.6b, bert-base, qwen3-1.7b, qwen3-1.7b-lm-head.
@@ -223,10 +225,69 @@ pub fn run(a: Args) -> Result<()> {
             "tiles" => gemm(&engine, &a, &mut out, true)?,
             "roundtrip" => roundtrip(&engine, &a, &mut out)?,
             "blocks" => blocks(&a, &mut out)?,
-            other => anyhow::bail!("unknown section {other} (gemm, tiles, roundtrip, blocks)"),
+            "ring" => ring(&a, &mut out)?,
+            other => anyhow::bail!("unknown section {other} (gemm, tiles, roundtrip, blocks, ring)"),
         }
         eprintln!("section {section}: {:.1} s", t.elapsed().as_secs_f64());
     }
+    Ok(())
+}
+
+/// Ring products (`dual-lpn`): `x·W_q mod 2^32` with each ring kernel (an engine of its
+/// own) at every linear shape and row count; GPU and call time, each cell checked bit for
+/// bit against the CPU's product on its first rows.
+fn ring(a: &Args, out: &mut Out) -> Result<()> {
+    println!("\n### Ring products (dual-lpn): `x (m×k, u32) · W_q (k×n, int8) mod 2^32`, W_q resident\n");
+    println!("| model | linear | k×n | m | kernel | GPU µs | Top/s (GPU) | call µs | Top/s (call) | exact |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut inexact = 0;
+    for kernel in [RingKernel::U32, RingKernel::Dot4] {
+        let cfg = WgpuConfig { tensor_cores: a.tensor_cores, ring_kernel: Some(kernel), ..WgpuConfig::default() };
+        let engine = WgpuEngine::open(&a.engine, cfg)?;
+        warm_up(&engine, a.warmup_ms)?;
+        for model in &a.models {
+            for (name, k, n) in linears(model)? {
+                let id = WeightId::new(format!("ring.{model}.{name}"));
+                let w = Arc::new(RingWeight::quantize(&weight(k, n, "f32", (k * 31 + n) as u64)?)?);
+                engine.register_ring(id.clone(), w.clone())?;
+                let ids = std::slice::from_ref(&id);
+                for &m in &a.m {
+                    let mut s = m as u32 | 1;
+                    let words: Vec<u32> = (0..m * k)
+                        .map(|_| {
+                            s ^= s << 13;
+                            s ^= s >> 17;
+                            s ^= s << 5;
+                            s
+                        })
+                        .collect();
+                    let head = m.min(8);
+                    let want = w.product(&words[..head * k], head);
+                    let x = danger::expose_ring(m, k, words);
+                    let tm = time_calls(&engine, a.reps, || {
+                        engine.ring_matmul_many(&x, ids)?;
+                        Ok(())
+                    })?;
+                    let got = engine.ring_matmul_many(&x, ids)?.pop().unwrap_or_default();
+                    let exact = got.get(..head * n) == Some(&want[..]);
+                    inexact += usize::from(!exact);
+                    let ops = 2.0 * (m * k * n) as f64;
+                    println!(
+                        "| {model} | {name} | {k}×{n} | {m} | {kernel:?} | {:.1} | {:.2} | {:.1} | {:.2} | {exact} |",
+                        tm.gpu * 1e6,
+                        ops / tm.gpu * 1e-12,
+                        tm.wall * 1e6,
+                        ops / tm.wall * 1e-12
+                    );
+                    out.record(json!({"section": "ring", "model": model, "linear": name, "m": m, "k": k, "n": n,
+                        "kernel": format!("{kernel:?}"), "gpu_s": tm.gpu, "call_s": tm.wall, "host_s": tm.host,
+                        "wait_s": tm.wait, "readback_s": tm.readback, "exact": exact}))?;
+                }
+                engine.unregister(&id)?;
+            }
+        }
+    }
+    anyhow::ensure!(inexact == 0, "{inexact} ring cells differ from the CPU's product");
     Ok(())
 }
 

@@ -1,8 +1,9 @@
-//! `gelo bench model`: whole-model forward passes, plain vs masked on one engine kind,
-//! interleaved so drift hits both alike; engine vs TEE time from a timed engine wrapper.
-//! Either a real model from disk (`--model PATH`: an embedder's texts/s, a generator's
-//! decode tok/s and time to first token) or random weights at a named model's real shapes
-//! (`--arch`).
+//! `gelo bench model`: whole-model forward passes, a baseline (`plain` on the same engine,
+//! or `sealed` on the host's cores) against a protection (`masked` or `dual-lpn`) on one
+//! engine kind, interleaved so drift hits both alike; engine vs TEE time from a timed engine
+//! wrapper. Either a real model from disk (`--model PATH`: an embedder's texts/s, a
+//! generator's decode tok/s and time to first token) or random weights at a named model's
+//! real shapes (`--arch`).
 
 use std::{path::PathBuf, sync::Arc, time::Instant};
 
@@ -16,8 +17,18 @@ use models::{
 };
 use protocol::Engine;
 use protocol::{
-    DecodeMasks, Executor, MaskKind, MaskedConfig, MaskedExecutor, PlaintextExecutor, ProtocolSeconds, UVerifyConfig,
+    DecodeMasks, DualLpnConfig, DualLpnCounts, DualLpnExecutor, Executor, MaskKind, MaskedConfig, MaskedExecutor,
+    PlaintextExecutor, Protection, ProtocolSeconds, UVerifyConfig,
 };
+
+/// What the protection is measured against.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Baseline {
+    /// Every activation sent to the same engine in the clear.
+    Plain,
+    /// The default protection: every product on the host's own cores, no engine.
+    Sealed,
+}
 
 #[derive(clap::Args)]
 pub struct ModelArgs {
@@ -31,6 +42,13 @@ pub struct ModelArgs {
     /// Engine spec (cpu, vulkan, vulkan:N).
     #[arg(long, default_value = "cpu")]
     engine: String,
+    /// The protection measured: masked or dual-lpn (on `--engine`).
+    #[arg(long, default_value = "masked")]
+    protection: Protection,
+    /// What it is measured against: plain (the same engine, in the clear) or sealed (the
+    /// host's cores; `--engine` is then the protection's alone).
+    #[arg(long, value_enum, default_value = "plain")]
+    baseline: Baseline,
     /// Mask family of the masked runs.
     #[arg(long, default_value = "auto")]
     mask: MaskKind,
@@ -80,6 +98,7 @@ struct Side {
     gpu: Option<Arc<WgpuEngine>>,
     exec: Arc<dyn Executor>,
     masked: Option<Arc<MaskedExecutor>>,
+    lpn: Option<Arc<DualLpnExecutor>>,
 }
 
 /// Where one timed run's seconds went.
@@ -148,43 +167,101 @@ fn shares(plain: &[Sample], masked: &[Sample]) -> String {
     )
 }
 
-const SHARE_HEADER: &str = "plain engine share | plain GPU kernels | masked engine share | masked GPU kernels | masked mask share | masked recover share |";
+/// The share columns' header, named by the sides; a side's time outside its engine calls
+/// is the TEE's own (mask and recover shares: the masked protection only).
+fn share_header(a: &ModelArgs) -> String {
+    let (b, p) = labels(a);
+    format!(
+        "{b} engine share | {b} GPU kernels | {p} engine share | {p} GPU kernels | {p} mask share | {p} recover share |"
+    )
+}
+
 const SHARE_RULE: &str = "---|---|---|---|---|---|";
 
+/// The header of an embedding (or prefill) table.
+fn pass_header(a: &ModelArgs) -> String {
+    let (b, p) = labels(a);
+    format!("| model | batch × n | {b} texts/s | {p} texts/s | {p}/{b} time | {}", share_header(a))
+}
+
+/// The dual-LPN executor's counts so far (stderr): the TEE's multiply-adds against the
+/// engine's, the analysis' ratio.
+fn lpn_counts(side: &Side, what: &str) {
+    if let Some(l) = &side.lpn {
+        let DualLpnCounts { rows, mask_macs, unmask_macs, engine_macs, codes_drawn, .. } = l.counts();
+        let tee = mask_macs + unmask_macs;
+        eprintln!(
+            "{what}: dual-lpn so far {rows} masked rows, TEE {:.3} G multiply-adds against the engine's {:.3} G ({:.3}×), {codes_drawn} codes, {:.2} GB held",
+            tee as f64 * 1e-9,
+            engine_macs as f64 * 1e-9,
+            tee as f64 / engine_macs.max(1) as f64,
+            l.table_bytes_held() as f64 * 1e-9
+        );
+    }
+}
+
+/// The two sides' names, as the tables head their columns.
+fn labels(a: &ModelArgs) -> (&'static str, &'static str) {
+    let base = if a.baseline == Baseline::Sealed { "sealed" } else { "plain" };
+    (base, a.protection.as_str())
+}
+
+/// The engine a side multiplies on: the CPU engine, or the Vulkan one `--engine` names.
+fn open_engine(a: &ModelArgs) -> Result<(Arc<dyn Engine>, Option<Arc<WgpuEngine>>)> {
+    if a.engine.trim().eq_ignore_ascii_case("cpu") {
+        return Ok((Arc::new(kernels::CpuEngine::new()), None));
+    }
+    let f32_weights_as = match a.weights.as_str() {
+        "f32" => tensor::Precision::F32,
+        "f16" => tensor::Precision::F16,
+        "bf16" => tensor::Precision::Bf16,
+        other => bail!("--weights {other}: expected f32, f16 or bf16"),
+    };
+    let cfg = WgpuConfig {
+        f32_weights_as,
+        spin_wait: a.engine_spin_us.map(std::time::Duration::from_micros),
+        tensor_cores: a.tensor_cores,
+        ..WgpuConfig::default()
+    };
+    let g = Arc::new(WgpuEngine::open(&a.engine, cfg)?);
+    if a.protection == Protection::DualLpn {
+        eprintln!("ring kernel: {:?} (set {} to u32 or dot4)", g.ring_kernel(), kernels_wgpu::RING_KERNEL_ENV);
+    }
+    Ok((g.clone(), Some(g)))
+}
+
+/// The baseline side, then the protected side.
 fn sides(a: &ModelArgs) -> Result<(Side, Side)> {
-    let make = |masked: bool| -> Result<Side> {
-        let (inner, gpu): (Arc<dyn Engine>, _) = if a.engine.trim().eq_ignore_ascii_case("cpu") {
-            (Arc::new(kernels::CpuEngine::new()), None)
-        } else {
-            let f32_weights_as = match a.weights.as_str() {
-                "f32" => tensor::Precision::F32,
-                "f16" => tensor::Precision::F16,
-                "bf16" => tensor::Precision::Bf16,
-                other => bail!("--weights {other}: expected f32, f16 or bf16"),
-            };
-            let cfg = WgpuConfig {
-                f32_weights_as,
-                spin_wait: a.engine_spin_us.map(std::time::Duration::from_micros),
-                tensor_cores: a.tensor_cores,
-                ..WgpuConfig::default()
-            };
-            let g = Arc::new(WgpuEngine::open(&a.engine, cfg)?);
-            (g.clone(), Some(g))
-        };
+    let base = if a.baseline == Baseline::Sealed {
+        // No engine is called: its timer stays at zero, and the sealed products run on the
+        // host's cores as a service runs them.
+        let timed = Arc::new(TimedEngine::new(Arc::new(kernels::CpuEngine::new()) as Arc<dyn Engine>));
+        let exec = Protection::Sealed.executor(timed.clone(), MaskedConfig::default())?;
+        Side { timed, gpu: None, exec, masked: None, lpn: None }
+    } else {
+        let (inner, gpu) = open_engine(a)?;
         let timed = Arc::new(TimedEngine::new(inner));
-        let engine: Arc<dyn Engine> = timed.clone();
-        if masked {
+        Side { timed: timed.clone(), gpu, exec: Arc::new(PlaintextExecutor::new(timed)), masked: None, lpn: None }
+    };
+    let (inner, gpu) = open_engine(a)?;
+    let timed = Arc::new(TimedEngine::new(inner));
+    let engine: Arc<dyn Engine> = timed.clone();
+    let protected = match a.protection {
+        Protection::Masked => {
             let verify = (a.verify_probes > 0).then_some(UVerifyConfig { probes: a.verify_probes, range: 3 });
             let m = Arc::new(MaskedExecutor::new(
                 engine,
                 MaskedConfig { mask: a.mask, verify, decode_masks: a.decode_masks, ..Default::default() },
             )?);
-            Ok(Side { timed, gpu, exec: m.clone(), masked: Some(m) })
-        } else {
-            Ok(Side { timed, gpu, exec: Arc::new(PlaintextExecutor::new(engine)), masked: None })
+            Side { timed, gpu, exec: m.clone(), masked: Some(m), lpn: None }
         }
+        Protection::DualLpn => {
+            let l = Arc::new(DualLpnExecutor::new(engine, DualLpnConfig::default())?);
+            Side { timed, gpu, exec: l.clone(), masked: None, lpn: Some(l) }
+        }
+        Protection::Sealed => bail!("--protection sealed: measure it as --baseline sealed"),
     };
-    Ok((make(false)?, make(true)?))
+    Ok((base, protected))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -214,7 +291,7 @@ pub fn run(a: ModelArgs) -> Result<()> {
             let mp = random::bert(cfg.clone(), plain.exec.clone(), 1)?;
             let mm = random::bert(cfg, masked.exec.clone(), 1)?;
             eprintln!("provisioned in {:.1}s", t.elapsed().as_secs_f64());
-            println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | {SHARE_HEADER}");
+            println!("{}", pass_header(&a));
             println!("|---|---|---|---|---|{SHARE_RULE}");
             for &b in &a.batch {
                 for &n in &a.n {
@@ -241,7 +318,7 @@ pub fn run(a: ModelArgs) -> Result<()> {
             if a.decode {
                 decode_table(&a, &a.arch, &mut dp, &mut dm, &plain, &masked)?;
             } else {
-                println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | {SHARE_HEADER}");
+                println!("{}", pass_header(&a));
                 println!("|---|---|---|---|---|{SHARE_RULE}");
                 for &b in &a.batch {
                     for &n in &a.n {
@@ -316,7 +393,8 @@ fn cells(
         sm.push(masked()?);
     }
     let (tp, tm) = (median(sp.iter().map(|s| s.secs).collect()), median(sm.iter().map(|s| s.secs).collect()));
-    for (side, v) in [("plain", &sp), ("masked", &sm)] {
+    let (bl, pl) = labels(a);
+    for (side, v) in [(bl, &sp), (pl, &sm)] {
         if let Some(line) = call_breakdown(v, 1) {
             eprintln!("{name} {b} × {n} {side} (per pass): {line}");
         }
@@ -328,6 +406,7 @@ fn cells(
         tm / tp,
         shares(&sp, &sm)
     );
+    lpn_counts(masked_side, &format!("{name} {b} × {n}"));
     Ok(())
 }
 
@@ -380,7 +459,7 @@ fn real_model(a: &ModelArgs, path: &std::path::Path) -> Result<()> {
     let name = path.file_name().map_or_else(|| "model".into(), |f| f.to_string_lossy().into_owned());
     match files.kind {
         models::Kind::Bert { .. } => {
-            println!("| model | batch × n | plain texts/s | masked texts/s | masked/plain | {SHARE_HEADER}");
+            println!("{}", pass_header(&a));
             println!("|---|---|---|---|---|{SHARE_RULE}");
             for &n in &a.n {
                 let opts = models::LoadOptions { max_seq_length: Some(n), ..Default::default() };
@@ -417,8 +496,10 @@ fn decode_table(
     masked: &Side,
 ) -> Result<()> {
     let vocab = dp.cfg.vocab_size;
+    let (bl, pl) = labels(a);
     println!(
-        "| model | batch | groups | prompt | plain tok/s | masked tok/s | masked/plain time | plain TTFT s | masked TTFT s | {SHARE_HEADER}"
+        "| model | batch | groups | prompt | {bl} tok/s | {pl} tok/s | {pl}/{bl} time | {bl} TTFT s | {pl} TTFT s | {}",
+        share_header(a)
     );
     println!("|---|---|---|---|---|---|---|---|---|{SHARE_RULE}");
     let cells = a.batch.iter().flat_map(|&b| {
@@ -444,7 +525,7 @@ fn decode_table(
         }
         let (tp, tm) = (median(sp.iter().map(|s| s.secs).collect()), median(sm.iter().map(|s| s.secs).collect()));
         let toks = (b * a.steps) as f64;
-        for (side, v) in [("plain", &sp), ("masked", &sm)] {
+        for (side, v) in [(bl, &sp), (pl, &sm)] {
             if let Some(line) = call_breakdown(v, a.steps) {
                 eprintln!("{name} B = {b}, {g} group(s) {side}: {line}");
             }
@@ -459,6 +540,7 @@ fn decode_table(
             median(ttm),
             shares(&sp, &sm)
         );
+        lpn_counts(masked, &format!("{name} B = {b}"));
     }
     Ok(())
 }
