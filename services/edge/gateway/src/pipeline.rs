@@ -3,8 +3,9 @@
 //!
 //! Ingest: validate → chunk by the embedder's tokens → embed (embedder backend) → upsert into
 //! the sealed store, whole documents per transaction. Search: embed the query → exact top-k in
-//! the store → optionally rerank the candidates (reranker backend). Query: search → prompt with
-//! the passages and their ids → stream the generator's answer → check its citations.
+//! the store → optionally rerank the candidates (reranker backend). Query: search → focus on the units
+//! closest to the question → prompt with the passages, numbered → stream the generator's
+//! answer, each citation checked against the passages, a restated question replaced ([`answer`]).
 //! Plaintext exists only in this process (the CVM) and, over RA-TLS, in verified backends.
 
 use std::{
@@ -14,7 +15,7 @@ use std::{
 };
 
 use api::v1::{
-    Chunking, EmbedRequest, FinishReason, GenerateRequest, GenerateResponse, RerankRequest, Skipped, Usage,
+    Chunking, EmbedRequest, GenerateRequest, GenerateResponse, RerankRequest, Skipped, Usage,
     embedder_client::EmbedderClient, generator_client::GeneratorClient, reranker_client::RerankerClient,
 };
 use store::VectorStore;
@@ -30,6 +31,12 @@ use crate::{
     error::{GatewayError, Result},
     focus, prompt,
 };
+
+mod answer;
+mod compose;
+mod words;
+
+use answer::{Answering, Evidence, Unit};
 
 /// Units of the retrieved passages scored against a question at most ([`Pipeline::focus`]).
 const MAX_FOCUS_UNITS: usize = 64;
@@ -320,12 +327,13 @@ impl Pipeline {
         let k = self.top_k(q.top_k, self.settings.query_top_k)?;
         let candidates = if self.settings.focus_units > 0 { k.max(self.settings.focus_candidates) } else { k };
         let (mut hits, mut t) = self.retrieve(&q.question, candidates, q.rerank).await?;
-        let send = |e: QueryEvent| async move { tx.send(Ok(e)).await.map_err(|_| ()) };
         let start = Instant::now();
-        let excerpts = self.focus(&q.question, &hits).await?.map(|mut excerpts| {
+        let mut evidence = Evidence::default();
+        let excerpts = self.focus(&q.question, &hits).await?.map(|(mut excerpts, mut units)| {
             // The generator is shown the k best excerpts; the passages are those.
             excerpts.truncate(k);
             let shown: Vec<Hit> = excerpts.iter().map(|e| hits[e.passage].clone()).collect();
+            evidence.passages = excerpts.iter().map(|e| std::mem::take(&mut units[e.passage])).collect();
             for (i, e) in excerpts.iter_mut().enumerate() {
                 e.passage = i;
             }
@@ -333,6 +341,10 @@ impl Pipeline {
             excerpts
         });
         hits.truncate(k);
+        if excerpts.is_none() && !hits.is_empty() {
+            // Focus off: the shown passages' units, for checking the answer's citations.
+            evidence.passages = self.score_units(&q.question, &hits).await?.unwrap_or_default();
+        }
         t.embed += start.elapsed();
         let sources: Vec<prompt::Source<'_>> = match &excerpts {
             Some(excerpts) => excerpts
@@ -346,16 +358,18 @@ impl Pipeline {
         };
         let ids: Vec<String> = sources.iter().map(|s| s.id.to_string()).collect();
         let messages = prompt::messages(&q.question, &sources, self.settings.context_chars);
-        let no_passages = hits.is_empty();
-        if send(QueryEvent::Passages(hits.clone())).await.is_err() {
+        if tx.send(Ok(QueryEvent::Passages(hits.clone()))).await.is_err() {
             return Ok(()); // the client went away
         }
-        if no_passages {
+        if hits.is_empty() {
             t.first_token = arrived.elapsed();
-            let _ = send(QueryEvent::Text(NO_PASSAGES.into())).await;
-            let _ = send(QueryEvent::Usage(Usage::default(), false)).await;
-            let _ = send(QueryEvent::Citations { cited: Vec::new(), unknown: Vec::new() }).await;
-            let _ = send(QueryEvent::Timings(t)).await;
+            let citations = QueryEvent::Citations { cited: Vec::new(), unknown: Vec::new() };
+            let events = [QueryEvent::Text(NO_PASSAGES.into()), QueryEvent::Usage(Usage::default(), false), citations];
+            for e in events.into_iter().chain([QueryEvent::Timings(t)]) {
+                if tx.send(Ok(e)).await.is_err() {
+                    break;
+                }
+            }
             return Ok(());
         }
         let req = GenerateRequest {
@@ -367,57 +381,30 @@ impl Pipeline {
             stop_repeated_words: self.settings.stop_repeated_words,
             ..Default::default()
         };
-        let start = Instant::now();
-        let (routed, first, mut stream) = self.generate(req).await?;
-        let mut answer = String::new();
-        let mut usage = Usage::default();
-        let mut cut = false;
-        let mut rewriter = prompt::CitationRewriter::new(ids.clone());
-        let mut next = first;
-        while let Some(msg) = next {
-            let text = rewriter.push(&msg.text);
-            if !text.is_empty() {
-                if answer.is_empty() {
-                    t.first_token = arrived.elapsed();
-                }
-                answer.push_str(&text);
-                if send(QueryEvent::Text(text)).await.is_err() {
-                    return Ok(()); // dropping the stream cancels the generation
-                }
-            }
-            if msg.finish_reason != FinishReason::Unspecified as i32 {
-                usage = msg.usage.unwrap_or_default();
-                cut = msg.finish_reason == FinishReason::Length as i32;
-            }
-            next = match stream.message().await {
-                Ok(m) => m,
-                Err(status) => return Err(routed.broken(status)),
-            };
-        }
-        let rest = rewriter.finish();
-        if !rest.is_empty() {
-            answer.push_str(&rest);
-            let _ = send(QueryEvent::Text(rest)).await;
-        }
-        t.generate = start.elapsed();
-        let cited = prompt::parse_citations(&answer);
-        let retrieved: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let (cited, mut unknown) = prompt::check(&cited, &retrieved);
-        unknown.extend(rewriter.unknown.iter().map(|n| format!("[{n}]")));
-        let _ = send(QueryEvent::Usage(usage, cut)).await;
-        let _ = send(QueryEvent::Citations { cited, unknown }).await;
-        let _ = send(QueryEvent::Timings(t)).await;
-        Ok(())
+        let answering = Answering { tx, question: &q.question, ids: &ids, evidence: &evidence, arrived };
+        self.answer(req, answering, t).await
     }
 
-    /// The excerpts of `hits` the generator is shown ([`focus`]), or `None` to show whole
-    /// passages (focus off, or no passage has a unit to score). Units past
-    /// [`MAX_FOCUS_UNITS`] are not scored: the later passages keep their first units only.
-    /// A unit that quotes the question is left out ([`focus::quotes`]).
-    async fn focus(&self, question: &str, hits: &[Hit]) -> Result<Option<Vec<focus::Excerpt>>> {
+    /// The excerpts of `hits` the generator is shown ([`focus`]), with every hit's scored
+    /// units ([`Self::score_units`]), or `None` to show whole passages (focus off, or no
+    /// passage has a unit to score).
+    async fn focus(&self, question: &str, hits: &[Hit]) -> Result<Option<(Vec<focus::Excerpt>, Vec<Vec<Unit>>)>> {
         if self.settings.focus_units == 0 || hits.is_empty() {
             return Ok(None);
         }
+        let Some(units) = self.score_units(question, hits).await? else {
+            return Ok(None);
+        };
+        let texts: Vec<Vec<String>> = units.iter().map(|u| u.iter().map(|u| u.text.clone()).collect()).collect();
+        let scores: Vec<Vec<f32>> = units.iter().map(|u| u.iter().map(|u| u.score).collect()).collect();
+        Ok(Some((focus::excerpts(&texts, &scores, self.settings.focus_units), units)))
+    }
+
+    /// Each hit's units ([`focus::units`]) with their embeddings and their cosine to the
+    /// question's, or `None` when no hit has a unit. Units past [`MAX_FOCUS_UNITS`] are not
+    /// embedded: the later passages keep their first units only. A unit that quotes the
+    /// question is left out ([`focus::quotes`]).
+    async fn score_units(&self, question: &str, hits: &[Hit]) -> Result<Option<Vec<Vec<Unit>>>> {
         let mut budget = MAX_FOCUS_UNITS;
         let units: Vec<Vec<String>> = hits
             .iter()
@@ -436,14 +423,18 @@ impl Pipeline {
         texts.push(question.to_string());
         texts.extend(units.iter().flatten().cloned());
         let (vectors, _) = self.embed(&texts, true).await?;
-        let (q, mut rest) = (&vectors[0], &vectors[1..]);
-        let mut scores = Vec::with_capacity(units.len());
-        for u in &units {
-            let (mine, after) = rest.split_at(u.len());
-            scores.push(mine.iter().map(|v| models::ops::cosine(q, v)).collect::<Vec<f32>>());
-            rest = after;
-        }
-        Ok(Some(focus::excerpts(&units, &scores, self.settings.focus_units)))
+        let mut vectors = vectors.into_iter();
+        let q = vectors.next().unwrap_or_default();
+        let scored: Vec<Vec<Unit>> = units
+            .into_iter()
+            .map(|u| {
+                u.into_iter()
+                    .zip(vectors.by_ref())
+                    .map(|(text, vector)| Unit { text, score: models::ops::cosine(&q, &vector), vector })
+                    .collect()
+            })
+            .collect();
+        Ok(Some(scored))
     }
 
     /// Deletes documents by id; returns how many existed.

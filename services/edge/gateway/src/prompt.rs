@@ -1,9 +1,9 @@
 //! The RAG prompt and the citations in an answer.
 //!
 //! The prompt numbers the passages `[1]`..`[k]` and shows one worked exchange in which the
-//! answer starts with the number of its passage; the gateway then rewrites each `[n]` in the
-//! answer stream to the passage's id (`[<document id>#<chunk>]`, [`CitationRewriter`]), so the
-//! client sees ids. Why numbers rather than the ids themselves: measured with SmolLM2-135M,
+//! answer starts with the number of its passage; the answer stage then checks each `[n]`
+//! against what its sentence says and sends the passage's id (`[<document id>#<chunk>]`,
+//! `pipeline/answer.rs`), so the client sees ids. Why numbers rather than the ids themselves: measured with SmolLM2-135M,
 //! the model copies the numbered format every time, while with raw ids it sometimes invented
 //! ids that were never retrieved (`[189#1]`); a number outside `1..=k` is caught and reported
 //! as unknown instead of becoming a citation. Whatever the model writes, [`check`] splits the
@@ -65,81 +65,6 @@ pub fn messages(question: &str, sources: &[Source<'_>], max_chars: usize) -> Vec
     user.push_str("\nAnswer the question, starting with the number of the passage that answers it, like [1].");
     let m = |role: &str, content: &str| ChatMessage { role: role.into(), content: content.into() };
     vec![m("system", SYSTEM), m("user", EXAMPLE_QUESTION), m("assistant", EXAMPLE_ANSWER), m("user", &user)]
-}
-
-/// Rewrites `[n]` (and `[n, m]`, `[n][m]`) in a streamed answer to the ids of passages `n`,
-/// holding back only an unfinished bracket. Numbers outside `1..=k` stay as they are and are
-/// recorded in [`Self::unknown`].
-pub struct CitationRewriter {
-    ids: Vec<String>,
-    pending: String,
-    pub unknown: Vec<String>,
-}
-
-/// An open bracket longer than this is not a citation; it is passed through.
-const MAX_BRACKET: usize = 48;
-
-impl CitationRewriter {
-    pub fn new(ids: Vec<String>) -> Self {
-        CitationRewriter { ids, pending: String::new(), unknown: Vec::new() }
-    }
-
-    /// Text that can be sent now.
-    pub fn push(&mut self, text: &str) -> String {
-        self.pending.push_str(text);
-        let mut out = String::new();
-        loop {
-            let Some(open) = self.pending.find('[') else {
-                out.push_str(&std::mem::take(&mut self.pending));
-                return out;
-            };
-            out.push_str(&self.pending[..open]);
-            let rest = self.pending[open..].to_string();
-            match rest[1..].find(['[', ']']) {
-                Some(i) if rest.as_bytes()[1 + i] == b']' => {
-                    let inside = &rest[1..1 + i];
-                    out.push_str(&self.rewrite(inside));
-                    self.pending = rest[2 + i..].to_string();
-                }
-                // Another '[' first: this one was not a citation.
-                Some(i) => {
-                    out.push_str(&rest[..1 + i]);
-                    self.pending = rest[1 + i..].to_string();
-                }
-                None if rest.len() > MAX_BRACKET => {
-                    out.push_str(&rest);
-                    self.pending.clear();
-                }
-                None => {
-                    self.pending = rest;
-                    return out;
-                }
-            }
-        }
-    }
-
-    /// The rest, at the end of the answer.
-    pub fn finish(&mut self) -> String {
-        std::mem::take(&mut self.pending)
-    }
-
-    fn rewrite(&mut self, inside: &str) -> String {
-        let parts: Vec<&str> = inside.split([',', ';']).map(str::trim).collect();
-        if parts.is_empty() || !parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
-            return format!("[{inside}]");
-        }
-        let mut mapped = Vec::with_capacity(parts.len());
-        for p in parts {
-            match p.parse::<usize>().ok().filter(|&n| n >= 1 && n <= self.ids.len()) {
-                Some(n) => mapped.push(self.ids[n - 1].clone()),
-                None => {
-                    self.unknown.push(p.to_string());
-                    mapped.push(p.to_string());
-                }
-            }
-        }
-        format!("[{}]", mapped.join(", "))
-    }
 }
 
 /// Whitespace runs (newlines included) as one space, so a passage is one line of the list.
@@ -223,24 +148,5 @@ mod tests {
         assert!(user.contains("..."), "the long passage is cut");
         assert!(user.len() < 200 + 200, "{}", user.len());
         assert!(!user.contains("a#0"), "ids are the gateway's business, not the model's");
-    }
-
-    #[test]
-    fn numbered_citations_become_ids_across_chunk_boundaries() {
-        let mut r = CitationRewriter::new(vec!["4983#0".into(), "12#3".into()]);
-        let mut out = String::new();
-        for piece in
-            ["[", "2", "] Vitamin D ", "helps [1, 2] and [", "7] but [x] [1][2", "] [not a", " citation", "] end [1"]
-        {
-            out.push_str(&r.push(piece));
-        }
-        out.push_str(&r.finish());
-        assert_eq!(out, "[12#3] Vitamin D helps [4983#0, 12#3] and [7] but [x] [4983#0][12#3] [not a citation] end [1");
-        assert_eq!(r.unknown, vec!["7"]);
-        assert_eq!(parse_citations(&out), vec!["12#3", "4983#0"]);
-        // A bracket that never closes is not held back forever.
-        let mut r = CitationRewriter::new(vec![]);
-        let long = format!("[{}", "y".repeat(60));
-        assert_eq!(r.push(&long), long);
     }
 }
