@@ -9,7 +9,9 @@ console the gateway serves at `/`, and checks, through the page only:
      key `gelo up` printed is accepted, kept in the tab's sessionStorage only (not in the
      address, localStorage or a cookie);
   1. two documents are added: pasted text and a .md file read by the browser;
-  2. a question streams an answer citing at least one of the listed sources;
+  2. a question streams an answer citing at least one of the listed sources, and each
+     citation holds: the cited passage says what the sentence citing it says
+     (scripts/citations.py);
   3. a citation the gateway flags as unknown is marked as such;
   4. the Trust view lists embedder, reranker and generator as verified, with measurement,
      TCB, chip, model identity, scheme, evidence age and the policy digest;
@@ -45,6 +47,7 @@ import tempfile
 import threading
 import time
 
+import citations
 from gelo_up import start_up, stop
 
 try:
@@ -157,6 +160,16 @@ def ask(d):
     check(len(cited) > 0 and set(cited) <= set(sources), f"the answer cites {cited}, all among the sources")
     marked = [e.get_attribute("data-passage-id") for e in d.find_elements(By.CSS_SELECTOR, "#sources [data-cited=true]")]
     check(set(marked) == set(cited), f"the cited sources are marked: {marked}")
+    # Each citation names a passage that says what its sentence says (scripts/citations.py):
+    # the answer about the waggle dance cites bees.txt, not tea.md.
+    texts = d.execute_script(
+        "return Array.from(document.querySelectorAll('#sources [data-testid=source]'))"
+        ".map((e) => [e.dataset.passageId, e.querySelector('.passage').textContent]);"
+    )
+    answer = d.execute_script("return document.getElementById('answer').textContent;")
+    checked = citations.check(answer, dict(texts))
+    wrong = [f"{c['sentence']!r} cites {c['cited']} (support {c['support']}), {c['best']} says it ({c['best_support']})" for c in checked if not c["holds"]]
+    check(checked and not wrong, f"every citation holds ({len(checked)} checked): {wrong or [c['cited'] for c in checked]}")
     # Citations the gateway reports as unknown: the same renderer, fed a known and two unknown ones.
     counts = d.execute_script(
         "const box = document.createElement('div');"

@@ -13,8 +13,14 @@ the generator was given at all, `retrieved`: the retrieval's share of a miss):
             given (no unknown citation);
   fluent    no degenerate repetition: no word 4-gram three times or more, and at most a
             third of the answer's words repeated 4-grams.
-A question passes when all three hold. Prints one line per question, then the pass rate,
-each count's rate and the median time to first token; --json writes all of it.
+A question passes when all three hold. Two more counts, not part of a pass:
+  restates  the answer, citations aside, adds no content word to its question;
+  citation precision  over all the answers' citations, the share that hold: the cited
+            passage contains at least half of its sentence's content words, or as many as
+            any other passage the answer was given (scripts/citations.py; by words, not by
+            the embedder the gateway checks citations with).
+Prints one line per question, then the pass rate, each count's rate and the median time to
+first token; --json writes all of it.
 """
 
 import argparse
@@ -27,6 +33,7 @@ import tempfile
 import time
 import urllib.request
 
+import citations
 from gelo_up import ingest_paths, start_up, stop
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -80,7 +87,10 @@ def score(item, text, cites, passages):
     retrieved = has_facts(item, " ".join(p["text"] for p in passages))
     cited = len(cites.get("citations", [])) > 0 and not cites.get("unknown_citations")
     fluent = bool(text.strip()) and not degenerate(text)
-    return {"facts": facts, "cited": cited, "fluent": fluent, "retrieved": retrieved, "pass": facts and cited and fluent}
+    checked = citations.check(text, {p["id"]: p["text"] for p in passages})
+    return {"facts": facts, "cited": cited, "fluent": fluent, "retrieved": retrieved, "pass": facts and cited and fluent,
+            "restates": citations.restates(text, item["q"]), "citations_checked": checked,
+            "citations_hold": sum(c["holds"] for c in checked), "citations_total": len(checked)}
 
 
 def main():
@@ -89,6 +99,8 @@ def main():
     ap.add_argument("--up-args", default="", help="more flags for gelo up, e.g. --small")
     ap.add_argument("--questions", default=os.path.join(ROOT, "eval/rag/questions.jsonl"))
     ap.add_argument("--max-tokens", type=int, default=0, help="0: the gateway's default")
+    ap.add_argument("--corpus", default=ROOT, help="the folder whose README.md and docs/ are ingested (default: this checkout), "
+                    "e.g. `git archive COMMIT README.md docs | tar -x -C DIR` to compare two builds on the same text")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--label", default="")
     ap.add_argument("--env", action="append", default=[], help="K=V for gelo up and its services, e.g. GELO_QUERY_TOP_K=3")
@@ -99,7 +111,7 @@ def main():
         proc, ready = start_up(a.gelo, state, env=env, args=a.up_args.split())
         try:
             t0 = time.time()
-            ingest_paths(a.gelo, state, ["README.md", "docs"], cwd=ROOT)
+            ingest_paths(a.gelo, state, ["README.md", "docs"], cwd=a.corpus)
             ingest_s = time.time() - t0
             base = f"http://{ready['http']}"
             rows = []
@@ -108,14 +120,18 @@ def main():
                 s = score(item, text, cites, passages)
                 rows.append({"q": item["q"], "answer": text, "passages": passages, **cites, "ttft_s": ttft, "total_s": total, **s})
                 mark = "PASS" if s["pass"] else "fail " + ",".join(k for k in ("facts", "cited", "fluent") if not s[k])
-                print(f"{mark:<22} {ttft or 0:5.2f}s  {item['q'][:60]:<60}  {' '.join(text.split())[:90]}", flush=True)
+                mark += " restates" if s["restates"] else ""
+                hold = f"{s['citations_hold']}/{s['citations_total']}"
+                print(f"{mark:<22} {hold:>4} {ttft or 0:5.2f}s  {item['q'][:60]:<60}  {' '.join(text.split())[:90]}", flush=True)
         finally:
             stop(proc)
     n = len(rows)
     rate = lambda k: sum(r[k] for r in rows) / n
     ttfts = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
     summary = {"label": a.label, "up_args": a.up_args, "env": a.env, "questions": n, "pass": rate("pass"), "facts": rate("facts"),
-               "cited": rate("cited"), "fluent": rate("fluent"), "retrieved": rate("retrieved"), "median_ttft_s": statistics.median(ttfts) if ttfts else None,
+               "cited": rate("cited"), "fluent": rate("fluent"), "retrieved": rate("retrieved"), "passed": sum(r["pass"] for r in rows), "restating": sum(r["restates"] for r in rows),
+               "citation_precision": sum(r["citations_hold"] for r in rows) / max(1, sum(r["citations_total"] for r in rows)),
+               "citations": sum(r["citations_total"] for r in rows), "median_ttft_s": statistics.median(ttfts) if ttfts else None,
                "median_total_s": statistics.median(r["total_s"] for r in rows), "ingest_s": ingest_s}
     print(json.dumps(summary))
     if a.json:

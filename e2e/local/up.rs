@@ -147,6 +147,42 @@ async fn post(addr: SocketAddr, key: Option<&str>, path: &str, body: &Value) -> 
     (status, body)
 }
 
+/// The share of `text`'s words of four letters or more (citations aside) that `passage` has.
+fn word_support(text: &str, passage: &str) -> f32 {
+    let words = |t: &str| -> Vec<String> {
+        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 4).map(str::to_lowercase).collect()
+    };
+    let mut plain = String::new();
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let have = words(passage);
+    let mine = words(&plain);
+    if mine.is_empty() {
+        return 0.0;
+    }
+    mine.iter().filter(|w| have.contains(w)).count() as f32 / mine.len() as f32
+}
+
+/// Every passage the answer cites says what the answer says: it has some of the answer's
+/// words, and at least half as many as the passage that has most (the answers here are a
+/// sentence or two about one document; scripts/citations.py checks sentence by sentence).
+fn assert_citations_hold(answer: &str, cited: &[String], passages: &[(String, String)]) {
+    let support: Vec<(&str, f32)> =
+        passages.iter().map(|(id, text)| (id.as_str(), word_support(answer, text))).collect();
+    let best = support.iter().map(|s| s.1).fold(0.0, f32::max);
+    for id in cited {
+        let s = support.iter().find(|p| p.0 == id).map_or(0.0, |p| p.1);
+        assert!(s > 0.0 && s >= best / 2.0, "{id} does not say what the answer says ({s} against {best}): {answer:?}");
+    }
+}
+
 const DOCS: [(&str, &str, &str); 4] = [
     (
         "volcano.md",
@@ -321,6 +357,8 @@ async fn grpc_api(up: &Up) {
         }
         assert_eq!(c.passage_ids, cited);
         assert!(c.unknown.is_empty(), "unknown citations {:?} in {answer:?}", c.unknown);
+        let texts: Vec<(String, String)> = p.passages.iter().map(|p| (p.passage_id.clone(), p.text.clone())).collect();
+        assert_citations_hold(&answer, &cited, &texts);
     }
 }
 
@@ -387,9 +425,18 @@ async fn openai_api(http: SocketAddr, key: &str) {
     let r: Value = serde_json::from_str(&body).unwrap();
     let passage_ids: Vec<&str> = r["passages"].as_array().unwrap().iter().map(|p| p["id"].as_str().unwrap()).collect();
     assert_eq!(passage_ids.len(), 2);
-    for c in r["citations"].as_array().unwrap() {
-        assert!(passage_ids.contains(&c.as_str().unwrap()), "{body}");
+    let cited: Vec<String> =
+        r["citations"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
+    for c in &cited {
+        assert!(passage_ids.contains(&c.as_str()), "{body}");
     }
+    let texts: Vec<(String, String)> = r["passages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap().to_string(), p["text"].as_str().unwrap().to_string()))
+        .collect();
+    assert_citations_hold(r["choices"][0]["message"]["content"].as_str().unwrap(), &cited, &texts);
 
     let rerank = json!({"model": "gelo-reranker", "query": "capital of France", "documents": ["Paris is the capital of France.", {"text": "Bees dance."}], "top_n": 1});
     let (code, body) = post(http, key, "/v1/rerank", &rerank).await;
