@@ -187,4 +187,79 @@ mod tests {
         assert_eq!(decode_text("héllo".as_bytes().to_vec()).unwrap(), "héllo");
         assert!(matches!(decode_text(vec![0xff, 0xfe]), Err(StoreError::Corrupt { kind: RecordKind::ChunkText, .. })));
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        type Fields = ([u8; 16], u64, u32, String, String, BTreeMap<String, String>);
+
+        /// A document record's fields (a chunk range that does not overflow, as stored ones have).
+        fn fields() -> impl Strategy<Value = Fields> {
+            (
+                any::<[u8; 16]>(),
+                0..u64::MAX / 2,
+                any::<u32>(),
+                ".{0,40}",
+                ".{0,40}",
+                prop::collection::btree_map(".{0,12}", ".{0,24}", 0..6),
+            )
+        }
+
+        fn record(f: Fields) -> DocRecord {
+            let (generation, first_seq, chunks, id, title, metadata) = f;
+            DocRecord { generation, first_seq, chunks, id, title, metadata }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+            /// Any record survives its encoding exactly; every shorter prefix and any trailing
+            /// byte is refused as corrupt.
+            #[test]
+            fn any_record_roundtrips_and_no_prefix_decodes(f in fields(), extra in any::<u8>()) {
+                let doc = record(f);
+                let bytes = encode_doc(&doc);
+                let back = decode_doc(&bytes).unwrap();
+                prop_assert_eq!(
+                    (back.generation, back.first_seq, back.chunks, &back.id, &back.title, &back.metadata),
+                    (doc.generation, doc.first_seq, doc.chunks, &doc.id, &doc.title, &doc.metadata)
+                );
+                for len in 0..bytes.len() {
+                    let cut = decode_doc(&bytes[..len]);
+                    prop_assert!(matches!(cut, Err(StoreError::Corrupt { .. })), "prefix {} decoded", len);
+                }
+                let mut longer = bytes.clone();
+                longer.push(extra);
+                prop_assert!(decode_doc(&longer).is_err());
+            }
+
+            /// Arbitrary bytes (what an opened but forged record would hold): a typed result,
+            /// never a panic nor an allocation the input's length does not justify.
+            #[test]
+            fn arbitrary_bytes_never_panic_the_decoders(bytes in prop::collection::vec(any::<u8>(), 0..512), dim in 0usize..64) {
+                let _ = decode_doc(&bytes);
+                let mut out = vec![0f32; dim];
+                let _ = decode_vector(&bytes, &mut out);
+                let _ = decode_text(bytes.clone());
+                let _ = decode_config(&bytes);
+            }
+
+            /// Any eight bytes of a valid record overwritten with any value (a forged length,
+            /// count or sequence number): a typed result, never a panic.
+            #[test]
+            fn forged_lengths_never_panic(f in fields(), at in any::<prop::sample::Index>(), len in any::<u64>()) {
+                let mut bytes = encode_doc(&record(f));
+                let at = at.index(bytes.len().max(1));
+                let forged = len.to_le_bytes();
+                for (i, b) in forged.iter().enumerate() {
+                    if let Some(slot) = bytes.get_mut(at + i) {
+                        *slot = *b;
+                    }
+                }
+                let _ = decode_doc(&bytes);
+            }
+        }
+    }
 }

@@ -40,6 +40,10 @@ impl fmt::Display for RecordKind {
 pub enum StoreError {
     #[error("store I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The file system is out of space (or the file at its size limit): the write that
+    /// failed stored nothing; what was committed before it is intact.
+    #[error("the store's disk is full; nothing of this write was stored: {0}")]
+    DiskFull(std::io::Error),
     /// redb failed for a reason other than corruption (file locked by another process,
     /// transaction errors, ...).
     #[error("store database: {0}")]
@@ -87,10 +91,21 @@ impl From<redb::Error> for StoreError {
             redb::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
                 StoreError::corrupt(RecordKind::File, io.to_string())
             }
+            // A read past the file's end: the file is shorter than its own pages say (cut).
+            redb::Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                StoreError::corrupt(RecordKind::File, format!("truncated: {io}"))
+            }
+            redb::Error::Io(io) if is_disk_full(&io) => StoreError::DiskFull(io),
             redb::Error::Io(io) => StoreError::Io(io),
             other => StoreError::Db(other),
         }
     }
+}
+
+/// ENOSPC, or EFBIG past a file-size limit (`RLIMIT_FSIZE`, a quota): no room to write.
+fn is_disk_full(io: &std::io::Error) -> bool {
+    matches!(io.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::FileTooLarge)
+        || matches!(io.raw_os_error(), Some(28 | 27))
 }
 
 macro_rules! from_redb {

@@ -116,8 +116,9 @@ impl EncryptedRedbStore {
         if options.nprobe == 0 {
             return Err(StoreError::invalid("nprobe must be at least 1"));
         }
-        let db = Database::builder().set_check_integrity_on_open(true).set_cache_size(CACHE_BYTES).create(&path)?;
         let sealer = Sealer::new(key);
+        create_if_missing(&path, &sealer, dimension)?;
+        let db = Database::builder().set_check_integrity_on_open(true).set_cache_size(CACHE_BYTES).create(&path)?;
         let next_seq = check_or_init_meta(&db, &sealer, dimension)?;
         let mut index = load_index(&db, &sealer, Index::with_ann(dimension, options), next_seq)?;
         index.refresh_ann();
@@ -400,6 +401,38 @@ fn remove_chunks(vectors: &mut SeqTable<'_>, texts: &mut SeqTable<'_>, old: &Doc
     let range = old.first_seq..old.first_seq + old.chunks as u64;
     vectors.retain_in::<u64, _>(range.clone(), |_, _| false)?;
     texts.retain_in::<u64, _>(range, |_, _| false)?;
+    Ok(())
+}
+
+/// A new store is made whole beside its path and renamed into place, so a file at `path` is
+/// always one this crate finished creating. An existing file that is empty is then a store
+/// cut to nothing (redb would quietly initialise it as a new, empty database): refused.
+fn create_if_missing(path: &Path, sealer: &Sealer, dimension: usize) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() == 0 => {
+            return Err(StoreError::corrupt(RecordKind::File, "the store file is empty (truncated, or not a store)"));
+        }
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StoreError::Io(e)),
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".creating");
+    let tmp = path.with_file_name(name);
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StoreError::Io(e)),
+    }
+    {
+        let db = Database::builder().set_cache_size(CACHE_BYTES).create(&tmp)?;
+        check_or_init_meta(&db, sealer, dimension)?;
+    }
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all())?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir).and_then(|d| d.sync_all())?;
+    }
     Ok(())
 }
 

@@ -180,3 +180,38 @@ fn flipped_bytes_give_typed_errors_or_the_original_data() {
     // Live data is most of a small store: most flips must be caught.
     assert!(failed > positions.len() / 3, "only {failed} of {} flips detected ({unchanged} harmless)", positions.len());
 }
+
+/// The file cut short at lengths spread over it (nothing left, inside redb's header, at page
+/// boundaries, inside the last page): each must fail to open with a typed error or open and
+/// answer exactly as the whole file does. A store cut to nothing must not come back as a new,
+/// empty store: that would serve "no documents" where there were twelve.
+#[test]
+fn truncated_files_give_typed_errors_never_fewer_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("docs.redb");
+    let docs = corpus();
+    EncryptedRedbStore::open(&path, &key(), DIM).unwrap().upsert(&docs).unwrap();
+    let want = snapshot(&EncryptedRedbStore::open(&path, &key(), DIM).unwrap(), &docs).unwrap();
+    let original = std::fs::read(&path).unwrap();
+    let copy = dir.path().join("truncated.redb");
+
+    let len = original.len();
+    let mut cuts: Vec<usize> = vec![0, 1, 8, 64, 511, 512, 4095, 4096, 4097, 8192, len - 4096, len - 1];
+    cuts.extend((1..40).map(|i| len * i / 40));
+    cuts.retain(|&c| c < len);
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut refused = Vec::new();
+    for &cut in &cuts {
+        std::fs::write(&copy, &original[..cut]).unwrap();
+        match EncryptedRedbStore::open(&copy, &key(), DIM).and_then(|s| snapshot(&s, &docs)) {
+            // Only a cut in space no commit uses (the file's unused tail) may leave it whole.
+            Ok(got) => assert!(got == want, "cut at {cut} of {len} bytes: the store opened and answered differently"),
+            Err(StoreError::Corrupt { .. } | StoreError::Db(_) | StoreError::UnsupportedFormat(_)) => refused.push(cut),
+            Err(other) => panic!("cut at {cut} of {len} bytes: unexpected error kind {other:?}"),
+        }
+    }
+    eprintln!("truncation: {} cuts of a {len}-byte store, {} refused at open or read", cuts.len(), refused.len());
+    assert!(refused.contains(&0), "a store cut to nothing opened (as a new, empty store)");
+    assert!(refused.len() * 2 > cuts.len(), "only {} of {} cuts refused: {refused:?}", refused.len(), cuts.len());
+}

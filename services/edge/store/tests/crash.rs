@@ -4,6 +4,9 @@
 //!
 //! The writer is this test binary itself, re-run with `GELO_STORE_CRASH_WRITER` set: the test
 //! `writer_process` does nothing in a normal run and becomes the writer in the child.
+//!
+//! And a full disk: a writer on a 2 MiB tmpfs (or, where nothing can be mounted, under a
+//! 2 MiB file-size limit) is refused with `DiskFull`, and loses nothing it acknowledged.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -12,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use store::{Chunk, Document, EncryptedRedbStore, SealingKey, VectorStore};
+use store::{Chunk, Document, EncryptedRedbStore, SealingKey, StoreError, VectorStore};
 
 const DIM: usize = 24;
 const IDS: u64 = 40;
@@ -154,4 +157,150 @@ fn killed_writer_leaves_acknowledged_documents_complete() {
         // The next writer continues after anything this one may have committed unacknowledged.
         next = max_seq + 1;
     }
+}
+
+/// Set in the child that fills a disk: `path|limit` (limit: 0 on a small tmpfs, else the
+/// file-size limit in bytes the child sets on itself).
+const FULL_ENV: &str = "GELO_STORE_DISK_FULL_WRITER";
+
+/// The child: ingests until the disk is full, printing `acked SEQ` after each commit and
+/// `refused KIND` for the write that did not fit; then tries once more (still refused, still
+/// typed) and exits. A panic or a signal fails the parent's checks.
+#[test]
+fn disk_full_writer_process() {
+    let Ok(spec) = std::env::var(FULL_ENV) else { return };
+    let (path, limit) = spec.split_once('|').expect("path|limit");
+    let limit: u64 = limit.parse().unwrap();
+    if limit > 0 {
+        // The fallback where no tmpfs can be mounted: the kernel refuses writes past this size
+        // with EFBIG, as it refuses them with ENOSPC on a full file system. SIGXFSZ, which
+        // would kill the writer instead, is ignored so the write returns the error.
+        let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+        // SAFETY: `signal` and `setrlimit` with valid arguments; they change this child process only.
+        unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &rl), 0);
+        }
+    }
+    let store = EncryptedRedbStore::open(path, &key(), DIM).unwrap();
+    let mut seq = 0;
+    let refusal = loop {
+        assert!(seq < 1_000_000, "the disk never filled");
+        let batch: Vec<Document> = (seq..seq + 3).map(fresh).collect();
+        match store.upsert(&batch) {
+            Ok(()) => {
+                for s in seq..seq + 3 {
+                    println!("acked {s}");
+                }
+                seq += 3;
+            }
+            Err(e) => break e,
+        }
+    };
+    println!("refused {}", kind(&refusal));
+    let again = store.upsert(&[fresh(seq)]).expect_err("a full disk takes no more writes");
+    println!("refused {}", kind(&again));
+}
+
+/// A new document for each sequence number (ids never repeat, so the store only grows).
+fn fresh(seq: u64) -> Document {
+    Document { id: format!("full-{seq}"), ..version(seq) }
+}
+
+fn kind(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::DiskFull(_) => "disk_full",
+        StoreError::Io(_) => "io",
+        StoreError::Db(_) => "db",
+        StoreError::Corrupt { .. } => "corrupt",
+        _ => "other",
+    }
+}
+
+/// Unmounts the small tmpfs when the test ends, however it ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A 2 MiB tmpfs, or `None` where mounting is refused (no root, no CAP_SYS_ADMIN).
+fn small_tmpfs(at: &Path) -> Option<Mounted> {
+    std::fs::create_dir_all(at).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "gelo-disk-full"])
+        .arg(at)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then(|| Mounted(at.to_path_buf()))
+}
+
+/// The disk fills up under a writer: the write that does not fit is refused with
+/// `DiskFull` (no panic, no torn document), every document acknowledged before it is whole
+/// when the store is reopened with room again, and the store then takes writes again.
+#[test]
+fn a_full_disk_refuses_the_write_and_loses_nothing_acknowledged() {
+    if std::env::var(ENV).is_ok() || std::env::var(FULL_ENV).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    // GELO_STORE_TEST_NO_MOUNT takes the fallback even where mounting works.
+    let mounted = if std::env::var_os("GELO_STORE_TEST_NO_MOUNT").is_some() { None } else { small_tmpfs(&small) };
+    let path = small.join("full.redb");
+    // Without a tmpfs: the same 2 MiB, as a file-size limit on the writer.
+    let limit = if mounted.is_some() { 0 } else { 2 << 20 };
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "disk_full_writer_process", "--nocapture", "--test-threads=1"])
+        .env(FULL_ENV, format!("{}|{limit}", path.display()))
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the writer failed (panic or signal): {:?}\n{stdout}", out.status);
+    let acked: Vec<u64> = stdout.lines().filter_map(|l| l.strip_prefix("acked ")?.parse().ok()).collect();
+    let refusals: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("refused ")).collect();
+    // The write that did not fit says why; after it redb may refuse every write until the
+    // store is reopened (its `PreviousIo`), which is typed too.
+    assert!(matches!(refusals[..], ["disk_full", "disk_full" | "db"]), "{stdout}");
+    assert!(acked.len() >= 3, "the disk filled before the first commit: {stdout}");
+    eprintln!(
+        "disk full ({}): {} document versions acknowledged, then refused",
+        if mounted.is_some() { "2 MiB tmpfs" } else { "2 MiB file-size limit" },
+        acked.len()
+    );
+
+    // Room again (the tmpfs grown in place), then the same file: everything acknowledged is
+    // there, whole, and nothing else.
+    if let Some(m) = &mounted {
+        let grown = Command::new("mount").args(["-o", "remount,size=64m"]).arg(&m.0).status().unwrap();
+        assert!(grown.success());
+    }
+    let store = EncryptedRedbStore::open(&path, &key(), DIM).unwrap();
+    let last = *acked.iter().max().unwrap();
+    // Every acknowledged document whole; none of the refused batch (sequence numbers past
+    // the last acknowledged one), in part or whole.
+    let mut found = 0;
+    for seq in 0..=last + 3 {
+        let want = fresh(seq);
+        match store.get(&want.id).unwrap() {
+            Some(got) => {
+                found += 1;
+                assert!(seq <= last, "{} of the refused write was stored", want.id);
+                let texts: Vec<&str> = got.chunks.iter().map(|c| c.text.as_str()).collect();
+                let expected: Vec<&str> = want.chunks.iter().map(|c| c.text.as_str()).collect();
+                assert_eq!(texts, expected, "{} is not whole", want.id);
+            }
+            None => assert!(!acked.contains(&seq), "acknowledged {} is missing", want.id),
+        }
+    }
+    assert_eq!(found, acked.len(), "documents nobody acknowledged");
+    assert_eq!(store.stats().unwrap().documents as usize, found, "the index and the records disagree");
+    let max_seq = last + 4;
+    store.upsert(&[fresh(max_seq)]).expect("writes succeed once there is room");
+    assert_eq!(store.get(&fresh(max_seq).id).unwrap().unwrap().title, format!("v{max_seq}"));
 }
