@@ -63,6 +63,10 @@ pub struct GatewayOptions {
     pub retry_interval: f64,
     pub verify_timeout: f64,
     pub backend_in_flight: usize,
+    /// Seconds one backend call (or a stream's first message) may take.
+    pub backend_timeout: f64,
+    /// Model requests served at once (gRPC and HTTP together); more get RESOURCE_EXHAUSTED / 429.
+    pub max_concurrent_requests: usize,
     /// Default: `${GELO_CACHE:-~/.cache/gelo}/gateway`, given to [`GatewayOptions::into_config`].
     pub data_dir: Option<PathBuf>,
     pub sealing_key_file: Option<PathBuf>,
@@ -115,6 +119,8 @@ impl Default for GatewayOptions {
             retry_interval: 5.0,
             verify_timeout: 10.0,
             backend_in_flight: crate::backends::DEFAULT_UNARY_IN_FLIGHT,
+            backend_timeout: crate::backends::DEFAULT_CALL_TIMEOUT.as_secs_f64(),
+            max_concurrent_requests: crate::admission::DEFAULT_MAX_CONCURRENT,
             data_dir: None,
             sealing_key_file: None,
             chunk_tokens: 200,
@@ -257,6 +263,8 @@ impl GatewayOptions {
             client_policy: self.client_policy,
             policy: self.policy,
             backend_in_flight: self.backend_in_flight,
+            backend_timeout: seconds("backend-timeout", self.backend_timeout)?,
+            max_concurrent_requests: self.max_concurrent_requests,
             sealing_key_file: self.sealing_key_file,
             chunk_tokens: self.chunk_tokens,
             chunk_overlap: self.chunk_overlap,

@@ -3,8 +3,10 @@
 //!
 //! Layout of the data directory (mode 0700):
 //! - `store.redb`: the `store::EncryptedRedbStore` (every record AES-256-GCM sealed);
-//! - `store.json`: `{"dimension": N}`, so a restarted gateway opens the store before any
-//!   embedder answers (the dimension is not secret: the file's record sizes reveal it anyway);
+//! - `store.json`: `{"dimension": N, "created": true}`, so a restarted gateway opens the store
+//!   before any embedder answers (the dimension is not secret: the file's record sizes reveal
+//!   it anyway), and knows the store file must exist: a store file gone missing is refused,
+//!   never replaced by a new, empty store (`created` is written once the file exists);
 //! - `sealing.key`: the sealing key, in mock mode only (see [`KeySource`]); on SEV-SNP
 //!   hardware the key is derived by the AMD-SP and never written anywhere.
 //!
@@ -112,6 +114,11 @@ impl DocStore {
     }
 
     fn recorded_dimension(&self) -> Result<Option<usize>> {
+        Ok(self.recorded()?.map(|(dim, _)| dim))
+    }
+
+    /// `store.json`: the dimension, and whether the store file was created.
+    fn recorded(&self) -> Result<Option<(usize, bool)>> {
         let path = self.dir.join(DIMENSION_FILE);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -121,7 +128,8 @@ impl DocStore {
         let v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| GatewayError::Config(format!("{}: {e}", path.display())))?;
         let dim = v.get("dimension").and_then(|d| d.as_u64()).filter(|&d| d > 0);
-        dim.map(|d| Some(d as usize))
+        let created = v.get("created").and_then(|c| c.as_bool()).unwrap_or(false);
+        dim.map(|d| Some((d as usize, created)))
             .ok_or_else(|| GatewayError::Config(format!("{}: no positive `dimension`", path.display())))
     }
 
@@ -139,8 +147,17 @@ impl DocStore {
             }
             return Ok(s.clone());
         }
-        if self.recorded_dimension()?.is_none() {
+        let recorded = self.recorded()?;
+        if recorded.is_none() {
             write_durably(&self.dir.join(DIMENSION_FILE), format!("{{\"dimension\": {dim}}}\n").as_bytes())?;
+        }
+        let created = recorded.is_some_and(|(_, created)| created);
+        let file = self.dir.join(STORE_FILE);
+        if created && !file.exists() {
+            return Err(GatewayError::Store(store::StoreError::Corrupt {
+                kind: store::RecordKind::File,
+                reason: format!("{} is missing, though {DIMENSION_FILE} records that it was created", file.display()),
+            }));
         }
         let store =
             Arc::new(EncryptedRedbStore::open(self.dir.join(STORE_FILE), &self.key, dim).map_err(|e| match e {
@@ -149,6 +166,10 @@ impl DocStore {
                 }
                 other => other.into(),
             })?);
+        if !created {
+            let record = format!("{{\"dimension\": {}, \"created\": true}}\n", store.dimension());
+            write_durably(&self.dir.join(DIMENSION_FILE), record.as_bytes())?;
+        }
         *opened = Some(store.clone());
         Ok(store)
     }
@@ -181,8 +202,17 @@ mod tests {
         s.get_or_create(4).unwrap();
         assert!(matches!(s.get_or_create(8), Err(GatewayError::DimensionMismatch { expected: 4, got: 8 })));
         drop(s);
-        let again = DocStore::open(&data, key).unwrap();
+        let again = DocStore::open(&data, key.clone()).unwrap();
         assert_eq!(again.get().expect("opened at start").dimension(), 4);
+        drop(again);
+        // The store file lost (deleted, or cut to nothing): refused, never a new, empty store.
+        std::fs::write(data.join(STORE_FILE), b"").unwrap();
+        let err = DocStore::open(&data, key.clone()).err().expect("an emptied store file is refused");
+        assert!(matches!(err, GatewayError::Store(store::StoreError::Corrupt { .. })), "{err}");
+        std::fs::remove_file(data.join(STORE_FILE)).unwrap();
+        let err = DocStore::open(&data, key).err().expect("a missing store file is refused");
+        assert!(matches!(err, GatewayError::Store(store::StoreError::Corrupt { .. })), "{err}");
+        assert!(err.to_string().contains("is missing"), "{err}");
     }
 
     #[test]

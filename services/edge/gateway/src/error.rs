@@ -22,6 +22,10 @@ pub enum GatewayError {
     /// The generator's stream broke after the answer had started; the answer is incomplete.
     #[error("{role} {endpoint} failed during the answer ({reason}); retry the query")]
     BrokenStream { role: Role, endpoint: String, reason: String },
+    /// A backend took longer than the call timeout (stalled, or far behind): the call is
+    /// abandoned and the backend leaves the rotation until it verifies again.
+    #[error("{role} {endpoint} did not answer within {after:?}; it leaves the rotation until it verifies again")]
+    Timeout { role: Role, endpoint: String, after: std::time::Duration },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     /// A request or document over a configured limit.
@@ -71,11 +75,14 @@ impl GatewayError {
                 Code::DataLoss => Code::DataLoss,
                 _ => Code::Unavailable,
             },
+            GatewayError::Timeout { .. } => Code::DeadlineExceeded,
             GatewayError::InvalidRequest(_) | GatewayError::TooLarge { .. } => Code::InvalidArgument,
             GatewayError::Store(e) => match e {
                 store::StoreError::InvalidInput(_) => Code::InvalidArgument,
                 store::StoreError::DimensionMismatch { .. } => Code::FailedPrecondition,
                 store::StoreError::Corrupt { .. } | store::StoreError::WrongKey => Code::DataLoss,
+                // gRPC's own meaning of the code: "the entire file system is out of space".
+                store::StoreError::DiskFull(_) => Code::ResourceExhausted,
                 _ => Code::Internal,
             },
             GatewayError::DimensionMismatch { .. } => Code::FailedPrecondition,
@@ -95,6 +102,7 @@ impl GatewayError {
             GatewayError::NoBackend { .. } => "no_backend",
             GatewayError::Backend { .. } => "backend",
             GatewayError::BrokenStream { .. } => "broken_stream",
+            GatewayError::Timeout { .. } => "timeout",
             GatewayError::InvalidRequest(_) => "invalid_request",
             GatewayError::TooLarge { .. } => "too_large",
             GatewayError::Store(_) => "store",

@@ -11,6 +11,7 @@ use server::Metrics;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::{
+    admission::{Admission, Admitted, Full},
     error::GatewayError,
     pipeline::{Hit, Pipeline, QueryEvent, QueryParams},
 };
@@ -19,13 +20,27 @@ pub struct RagService {
     pipeline: Arc<Pipeline>,
     metrics: Metrics,
     max_request_bytes: usize,
+    admission: Admission,
 }
 
 impl RagService {
     pub fn new(pipeline: Arc<Pipeline>, metrics: Metrics) -> Self {
         // A document up to the configured limit, plus framing.
         let max_request_bytes = pipeline.settings.max_document_bytes + (64 << 10);
-        RagService { pipeline, metrics, max_request_bytes }
+        RagService { pipeline, metrics, max_request_bytes, admission: Admission::default() }
+    }
+
+    /// Shares `admission` (the HTTP port's too): requests beyond its limit are refused at once.
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// Admits a model request now or refuses it now (counted; [`Full::status`] is the reply).
+    fn admit(&self, method: &str, t: Instant) -> Result<Admitted, Full> {
+        self.admission.try_admit().inspect_err(|_| {
+            self.metrics.observe(method, tonic::Code::ResourceExhausted, t.elapsed().as_secs_f64());
+        })
     }
 
     pub fn into_server(self) -> rag_server::RagServer<Self> {
@@ -72,6 +87,7 @@ fn to_response(e: Result<QueryEvent, GatewayError>) -> Result<QueryResponse, Sta
 impl rag_server::Rag for RagService {
     async fn ingest(&self, request: Request<Streaming<Document>>) -> Result<Response<IngestSummary>, Status> {
         let t = Instant::now();
+        let _admitted = self.admit("Ingest", t).map_err(|f| f.status())?;
         let mut docs = request.into_inner();
         let mut ingest = self.pipeline.ingest();
         let result: Result<IngestSummary, Status> = async {
@@ -100,6 +116,7 @@ impl rag_server::Rag for RagService {
 
     async fn search(&self, request: Request<SearchRequest>) -> Result<Response<SearchResponse>, Status> {
         let t = Instant::now();
+        let _admitted = self.admit("Search", t).map_err(|f| f.status())?;
         let r = request.into_inner();
         let result = self
             .pipeline
@@ -118,6 +135,7 @@ impl rag_server::Rag for RagService {
 
     async fn query(&self, request: Request<QueryRequest>) -> Result<Response<Self::QueryStream>, Status> {
         let t = Instant::now();
+        let admitted = self.admit("Query", t).map_err(|f| f.status())?;
         let r = request.into_inner();
         let params = QueryParams {
             question: r.question,
@@ -133,6 +151,8 @@ impl rag_server::Rag for RagService {
         // come mid-answer) and a client that goes away cancels the generation.
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
+            // The query counts against the admission limit until its last event.
+            let _admitted = admitted;
             let mut code = tonic::Code::Ok;
             while let Some(e) = events.next().await {
                 let msg = to_response(e);

@@ -20,6 +20,7 @@
 //! [`run`] puts them together: the `gelo gateway` command is a thin shell around it, reading
 //! its [`config::GatewayOptions`] from file, environment and flags.
 
+pub mod admission;
 pub mod backends;
 pub mod chunker;
 pub mod config;
@@ -78,6 +79,11 @@ pub struct GatewayConfig {
     pub timing: VerifyTiming,
     /// Embed and rerank calls in flight per backend.
     pub backend_in_flight: usize,
+    /// How long one backend call (or a stream's first message) may take before it fails
+    /// with `DEADLINE_EXCEEDED` and the backend leaves the rotation.
+    pub backend_timeout: std::time::Duration,
+    /// Model requests served at once, gRPC and HTTP together; more are refused at once.
+    pub max_concurrent_requests: usize,
     pub data_dir: PathBuf,
     /// Sealing key file; `None`: `<data_dir>/sealing.key` with mock attestation, the SEV-SNP
     /// derived key on hardware.
@@ -160,6 +166,7 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     //    compared with the attested one, never applied.
     let pool = Pool::new(policy, Some(identity.clone()), cfg.timing);
     pool.set_unary_in_flight(cfg.backend_in_flight);
+    pool.set_call_timeout(cfg.backend_timeout);
     pool.set_backends(&cfg.backends);
     let _routes_task = follow_routes(&cfg, &pool, policy_digest).await?;
     if cfg.backends.is_empty() && cfg.routes.is_none() {
@@ -170,7 +177,9 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     let pipeline =
         Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings: cfg.settings.clone() });
     let metrics = Metrics::new("gateway");
-    let routes = tonic::service::Routes::new(grpc::RagService::new(pipeline.clone(), metrics.clone()).into_server());
+    let admission = admission::Admission::new(cfg.max_concurrent_requests);
+    let rag = grpc::RagService::new(pipeline.clone(), metrics.clone()).with_admission(admission.clone());
+    let routes = tonic::service::Routes::new(rag.into_server());
 
     let (listener, metrics_listener, http_listener) = bind(&cfg).await?;
     let transport = transport(&cfg, &identity)?;
@@ -192,7 +201,7 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     let shutdown = shutdown.shared();
     if let Some(l) = http_listener {
         let access = http::Access::new(&cfg.http_access, local(&l)?)?;
-        let app = http::router(pipeline.clone(), metrics.clone(), access);
+        let app = http::router_with(pipeline.clone(), metrics.clone(), access, admission);
         let stop = shutdown.clone();
         tokio::spawn(async move {
             if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {

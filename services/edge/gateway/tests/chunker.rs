@@ -78,3 +78,51 @@ fn a_gguf_tokenizer_and_bad_settings() {
     assert!(Chunker::load(&model("all-minilm-l6-v2"), 0, 0).is_err());
     assert!(Chunker::load(&std::env::temp_dir().join("no-such-model"), 10, 2).is_err());
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn minilm() -> &'static Chunker {
+        static C: std::sync::OnceLock<Chunker> = std::sync::OnceLock::new();
+        C.get_or_init(|| Chunker::load(&model("all-minilm-l6-v2"), 200, 40).unwrap())
+    }
+
+    /// Text a client may send: any Unicode, runs without a space, control characters, long
+    /// words, runs of whitespace.
+    fn hostile_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,400}",
+            "\\PC{0,400}",
+            "[a-zé \\n\\t.,]{0,3000}",
+            (1usize..4000).prop_map(|n| "x".repeat(n)),
+            (1usize..800).prop_map(|n| "🦀\u{301}".repeat(n)),
+            (1usize..2000).prop_map(|n| "\u{0}\r\n ".repeat(n)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Whatever the text and title: a result, never a panic; each passage a verbatim slice
+        /// of the text, in order, holding more than whitespace; and with its title within the
+        /// embedder's 256 tokens, so nothing a client sent is cut off silently.
+        #[test]
+        fn any_text_chunks_into_in_order_slices_that_fit(title in ".{0,60}", text in hostile_text()) {
+            let c = minilm();
+            let passages = c.plan(&title, &text, Chunking::Tokens).unwrap();
+            let mut from = 0;
+            for p in &passages {
+                prop_assert!(!p.text.trim().is_empty());
+                let at = text[from..].find(p.text.as_str()).map(|i| i + from);
+                prop_assert!(at.is_some(), "not a slice of the text, in order");
+                // The next passage starts after this one's first character (they overlap).
+                from = at.unwrap() + p.text.chars().next().map_or(1, char::len_utf8);
+                let n = c.count(&p.embed_input).unwrap() + 2;
+                prop_assert!(n <= 256, "{} tokens with the title", n);
+            }
+            prop_assert_eq!(passages.is_empty(), text.trim().is_empty() || c.count(&text).unwrap() == 0);
+        }
+    }
+}

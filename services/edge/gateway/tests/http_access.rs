@@ -1,7 +1,8 @@
 //! The HTTP port's access checks on the gateway's real router over real TCP: API keys on
 //! every API route (missing, malformed, wrong; rotated and revoked without a restart; a
 //! broken keys file failing closed), the rate per key, and the `Host` and `Origin` checks
-//! that stop DNS-rebinding and cross-origin pages. The pipeline has no backends: a request
+//! that stop DNS-rebinding and cross-origin pages; the admission limit both ports share; and
+//! a corpus of hostile JSON bodies (`hostile_json`). The pipeline has no backends: a request
 //! that passes the checks reaches its route, which answers (or fails closed with 503).
 
 use std::{
@@ -14,6 +15,7 @@ use std::{
 use attest::Policy;
 use gateway::{
     Pipeline, Pool, Settings, VerifyTiming,
+    admission::Admission,
     chunker::Chunker,
     docstore,
     http::{
@@ -27,14 +29,23 @@ use tokio::net::TcpListener;
 mod support;
 use support::{Reply, exchange, minilm};
 
+#[path = "http_access/hostile_json.rs"]
+mod hostile_json;
+
 /// A gateway's HTTP port with the keys of `keys` in its keys file, `cfg` for the rest.
 struct Gateway {
     addr: SocketAddr,
     keys_file: PathBuf,
+    pipeline: Arc<Pipeline>,
     _dir: tempfile::TempDir,
 }
 
 async fn gateway(cfg: AccessConfig, keys: &[&ApiKey]) -> Gateway {
+    gateway_with(cfg, keys, Admission::default()).await
+}
+
+/// [`gateway`], its model routes counted in `admission`.
+async fn gateway_with(cfg: AccessConfig, keys: &[&ApiKey], admission: Admission) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let keys_file = dir.path().join("api-keys");
     for k in keys {
@@ -55,9 +66,9 @@ async fn gateway(cfg: AccessConfig, keys: &[&ApiKey]) -> Gateway {
     let addr = listener.local_addr().unwrap();
     let cfg = AccessConfig { api_keys_file: Some(keys_file.clone()), ..cfg };
     let access = Access::new(&cfg, addr).unwrap();
-    let app = gateway::http::router(pipeline, server::Metrics::new("gateway"), access);
+    let app = gateway::http::router_with(pipeline.clone(), server::Metrics::new("gateway"), access, admission);
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Gateway { addr, keys_file, _dir: dir }
+    Gateway { addr, keys_file, pipeline, _dir: dir }
 }
 
 /// An OpenAI-shaped refusal with this status, type and code.
@@ -302,4 +313,66 @@ async fn each_key_has_its_own_rate_and_a_429_says_when_to_retry() {
         assert_eq!(req(a, "GET", "/v1/models").send().await.status, 401);
     }
     assert_eq!(req(a, "GET", "/v1/models").key(&b_key).send().await.status, 200);
+}
+
+/// Over the admission limit every model route answers 429 `overloaded` with `Retry-After`
+/// at once (before reading its body or calling a backend), and the gRPC port, sharing the
+/// limit, `RESOURCE_EXHAUSTED` with `retry-after`; routes that do no model work still
+/// answer; a finished request gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_the_admission_limit_model_requests_are_refused_at_once() {
+    use api::v1::{SearchRequest, rag_server::Rag};
+    let key = ApiKey::generate();
+    let admission = Admission::new(1).with_body_timeout(Duration::from_millis(500));
+    let gw = gateway_with(AccessConfig::default(), &[&key], admission.clone()).await;
+    let a = gw.addr;
+    let doc = json!({ "documents": [{ "name": "a.txt", "text": "Some text." }] });
+    let held = admission.try_admit().expect("the one place");
+    for path in ["/v1/documents", "/v1/embeddings", "/v1/chat/completions", "/v1/rerank"] {
+        let t = Instant::now();
+        let r = req(a, "POST", path).key(&key).json(&doc).send().await;
+        r.refused(429, "rate_limit_error", "overloaded");
+        assert_eq!(r.header("retry-after").as_deref(), Some("1"), "{path}: {}", r.head);
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains("--max-concurrent-requests"), "{}", r.body);
+        assert!(t.elapsed() < Duration::from_secs(1), "{path}: refused after {:?}", t.elapsed());
+    }
+    assert_eq!(req(a, "GET", "/v1/models").key(&key).send().await.status, 200);
+    assert_eq!(req(a, "GET", "/v1/trust").key(&key).send().await.status, 200);
+    let rag = gateway::grpc::RagService::new(gw.pipeline.clone(), server::Metrics::new("gateway"))
+        .with_admission(admission.clone());
+    let search = || tonic::Request::new(SearchRequest { query: "q".into(), top_k: 1, rerank: None });
+    let refused = rag.search(search()).await.expect_err("over the limit");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(refused.metadata().get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+
+    // The place is free again: the same requests reach their routes (and fail closed there,
+    // this pipeline has no backends), and leave the place free behind them.
+    drop(held);
+    req(a, "POST", "/v1/documents").key(&key).json(&doc).send().await.refused(
+        503,
+        "server_error",
+        "service_unavailable",
+    );
+    let after = rag.search(search()).await.expect_err("no embedder");
+    assert_eq!(after.code(), tonic::Code::Unavailable, "{after:?}");
+    assert_eq!(admission.in_flight(), 0, "every finished request gave its place back");
+
+    // A client that sends its body slowly holds no place, and is answered 408 after the
+    // body timeout.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut slow = tokio::net::TcpStream::connect(a).await.unwrap();
+    let head = format!(
+        "POST /v1/embeddings HTTP/1.1\r\nHost: {a}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{{\"input\"",
+        key.expose()
+    );
+    let t = Instant::now();
+    slow.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(admission.in_flight(), 0, "a body still arriving holds no place");
+    let mut reply = String::new();
+    slow.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("request_timeout"), "{reply}");
+    assert!(t.elapsed() < Duration::from_secs(3), "the 408 came after {:?}", t.elapsed());
 }

@@ -1,7 +1,8 @@
 //! Attested routing against in-process RA-TLS backends (no models, loopback TCP): requests
 //! spread over verified replicas, move to the survivor when one stops, fail closed with the
 //! reasons when none is left, and return to a backend that restarts and verifies again;
-//! backends proving another role or key are never called.
+//! backends proving another role or key are never called; a backend whose evidence expires
+//! leaves the routes until fresh evidence verifies.
 
 use std::{
     net::SocketAddr,
@@ -103,7 +104,19 @@ impl Backend {
         protocol: Option<serde_json::Value>,
         pki: &std::path::Path,
     ) -> Backend {
-        let issuer = Arc::new(MockIssuer::load_or_create(pki).unwrap());
+        Self::start_with_issuer(id, role, at, calls, protocol, MockIssuer::load_or_create(pki).unwrap()).await
+    }
+
+    /// A backend whose evidence `issuer` signs.
+    async fn start_with_issuer(
+        id: f32,
+        role: &str,
+        at: Option<SocketAddr>,
+        calls: Arc<AtomicUsize>,
+        protocol: Option<serde_json::Value>,
+        issuer: MockIssuer,
+    ) -> Backend {
+        let issuer = Arc::new(issuer);
         let scheme = match protocol {
             Some(p) => serde_json::json!({ "role": role, "protocol": p }),
             None => serde_json::json!({ "role": role }),
@@ -264,6 +277,55 @@ async fn requests_spread_fail_over_fail_closed_and_come_back() {
     assert_eq!(embed(&pool).await.unwrap(), 3.0);
     assert_eq!(calls.load(Ordering::SeqCst), before + 1);
     drop(a2);
+}
+
+/// A backend whose evidence expires while it serves (its VCEK certificate's validity ends):
+/// the next fresh-nonce check refuses it (`certificate_expired`), it leaves the rotation and
+/// the other replica takes every request; started again with fresh evidence at the same
+/// address, it verifies and is called again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_whose_evidence_expires_leaves_the_routes_and_returns_with_fresh_evidence() {
+    let lifetime = Duration::from_secs(8);
+    let expiring = MockIssuer::load_or_create(pki_dir()).unwrap().with_vcek_expiring_in(lifetime).unwrap();
+    let minted = std::time::Instant::now();
+    let sealed = Some(serde_json::json!({ "executor": "sealed" }));
+    let mut a = Backend::start_with_issuer(1.0, "embedder", None, Arc::default(), sealed, expiring).await;
+    let b = Backend::start(2.0, "embedder", None, Arc::default()).await;
+    let pool = Pool::new(policy(), None, fast());
+    pool.set_backends(&[a.spec(), b.spec()]);
+    verified(&pool, 2).await;
+    assert!(minted.elapsed() < lifetime, "verified before the evidence expired");
+    for _ in 0..4 {
+        embed(&pool).await.unwrap();
+    }
+    assert!(a.calls.load(Ordering::SeqCst) > 0, "A served while its evidence was valid");
+
+    // Past the certificate's end, the next re-verification (every 300 ms here) refuses A.
+    let endpoint = a.addr.to_string();
+    let refused = loop {
+        let st = pool.status().into_iter().find(|s| s.endpoint == endpoint).unwrap();
+        if !st.verified() {
+            break st;
+        }
+        assert!(minted.elapsed() < lifetime + Duration::from_secs(10), "A is still routed: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(minted.elapsed() + Duration::from_secs(1) >= lifetime, "A left before its evidence expired: {refused:?}");
+    assert_eq!((refused.trust, refused.reason_code), (Trust::Refused, "certificate_expired"), "{refused:?}");
+    let a_calls = a.calls.load(Ordering::SeqCst);
+    for _ in 0..6 {
+        assert_eq!(embed(&pool).await.unwrap(), 2.0, "only B serves");
+    }
+    assert_eq!(a.calls.load(Ordering::SeqCst), a_calls, "no request reached A after its evidence expired");
+
+    // Fresh evidence (a new VCEK, as a renewed certificate gives it): verified, called again.
+    let calls = a.calls.clone();
+    a.stop().await;
+    let _a2 = Backend::start(3.0, "embedder", Some(a.addr), calls.clone()).await;
+    verified(&pool, 2).await;
+    let got: Vec<f32> =
+        futures::future::join_all((0..6).map(|_| embed(&pool))).await.into_iter().map(Result::unwrap).collect();
+    assert!(got.contains(&3.0), "the renewed backend is routed to again: {got:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

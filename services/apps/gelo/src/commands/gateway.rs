@@ -129,6 +129,14 @@ pub struct GatewayArgs {
     /// Embed and rerank calls in flight per backend; more wait in the gateway.
     #[arg(long)]
     pub backend_in_flight: Option<usize>,
+    /// Seconds one backend call (or a stream's first token) may take; then DEADLINE_EXCEEDED
+    /// naming the backend, which leaves the rotation until it verifies again.
+    #[arg(long)]
+    pub backend_timeout: Option<f64>,
+    /// Model requests served at once, gRPC and HTTP together; more are refused at once with
+    /// RESOURCE_EXHAUSTED / HTTP 429 and Retry-After.
+    #[arg(long)]
+    pub max_concurrent_requests: Option<usize>,
     /// Where the sealed document store lives.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,

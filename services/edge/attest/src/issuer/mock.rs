@@ -171,7 +171,7 @@ impl MockPki {
         OsRng.fill_bytes(&mut chip_id);
         // A v2 report decoder calls an all-zero or mostly-zero CHIP_ID masked or Turin-like.
         chip_id[63] |= 1;
-        let vcek = Arc::new(mint_vcek(&ask_key, &ask_der, DEFAULT_TCB, chip_id, HwId::Present)?);
+        let vcek = Arc::new(mint_vcek(&ask_key, &ask_der, DEFAULT_TCB, chip_id, HwId::Present, VCEK_LIFETIME)?);
         Ok(Self { ark_der, ark_key: Some(ark_key), ask_der, ask_key, vcek })
     }
 
@@ -229,7 +229,7 @@ impl MockPki {
     }
 
     fn mint_vcek(&self, tcb: Tcb, chip_id: [u8; 64], hw_id: HwId) -> Result<MockVcek> {
-        mint_vcek(&self.ask_key, &self.ask_der, tcb, chip_id, hw_id)
+        mint_vcek(&self.ask_key, &self.ask_der, tcb, chip_id, hw_id, VCEK_LIFETIME)
     }
 
     pub fn ark_der(&self) -> &[u8] {
@@ -429,6 +429,15 @@ impl MockIssuer {
         Ok(self)
     }
 
+    /// Reports signed by a new VCEK whose certificate expires `lifetime` from now (to the
+    /// second): for testing what a verifier does when evidence stops being valid while its
+    /// service runs.
+    pub fn with_vcek_expiring_in(mut self, lifetime: Duration) -> Result<Self> {
+        let (ask_key, ask_der) = (&self.pki.ask_key, &self.pki.ask_der);
+        self.vcek = Arc::new(mint_vcek(ask_key, ask_der, self.vcek.tcb, self.vcek.chip_id, HwId::Present, lifetime)?);
+        Ok(self)
+    }
+
     pub fn settings(&self) -> &MockSettings {
         &self.settings
     }
@@ -523,6 +532,7 @@ fn mint_vcek(
     tcb: Tcb,
     chip_id: [u8; 64],
     hw_id_ext: HwId,
+    lifetime: Duration,
 ) -> Result<MockVcek> {
     let key = p384::ecdsa::SigningKey::random(&mut OsRng);
     let spki =
@@ -560,7 +570,7 @@ fn mint_vcek(
         ask.tbs_certificate.subject.clone(),
         amd_name("SEV-VCEK")?,
         spki,
-        validity(SystemTime::now(), VCEK_LIFETIME)?,
+        validity(SystemTime::now(), lifetime)?,
         extensions,
     )?;
     Ok(MockVcek { der, key, tcb, chip_id })

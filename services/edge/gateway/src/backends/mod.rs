@@ -233,6 +233,13 @@ impl Backend {
         self.wake.notify_one();
     }
 
+    /// A call that took longer than `after`: the backend leaves the rotation (its verifier,
+    /// woken now, puts it back once it answers a fresh challenge and a health check in time).
+    fn timed_out(&self, after: Duration) -> GatewayError {
+        self.fail("timeout", format!("timeout: a request got no answer within {after:?}"));
+        GatewayError::Timeout { role: self.spec.role, endpoint: self.spec.endpoint.clone(), after }
+    }
+
     fn reason(&self) -> Option<String> {
         match &*self.state.lock().expect("backend state") {
             State::Pending => Some(Failure::pending().reason),
@@ -299,11 +306,18 @@ struct Inner {
     identity: Option<Arc<ServerIdentity>>,
     timing: VerifyTiming,
     unary_in_flight: AtomicUsize,
+    /// [`Pool::set_call_timeout`], in milliseconds.
+    call_timeout_ms: AtomicU64,
 }
 
 /// Unary calls (embed, rerank) in flight per backend by default: two keep a service's batcher
 /// busy (one pass running, one queued) without queueing work behind it that could time out.
 pub const DEFAULT_UNARY_IN_FLIGHT: usize = 2;
+
+/// How long one backend call, or a stream's first message, may take by default. Far above
+/// a loaded service's worst answer (its own batch queue gives up after 30 s), so only a
+/// backend that stopped (SIGSTOP, a hung host, a dropped link that never resets) reaches it.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The backends of every role. Cheap to clone.
 #[derive(Clone)]
@@ -333,6 +347,7 @@ impl Pool {
                 identity,
                 timing,
                 unary_in_flight: AtomicUsize::new(DEFAULT_UNARY_IN_FLIGHT),
+                call_timeout_ms: AtomicU64::new(DEFAULT_CALL_TIMEOUT.as_millis() as u64),
             }),
         }
     }
@@ -340,6 +355,17 @@ impl Pool {
     /// Unary calls in flight per backend for backends added from now on (at least 1).
     pub fn set_unary_in_flight(&self, n: usize) {
         self.inner.unary_in_flight.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// How long one backend call (or a stream's first message) may take; past it the call
+    /// fails with `DEADLINE_EXCEEDED` naming the backend, which leaves the rotation until its
+    /// verifier passes again. At least 1 ms.
+    pub fn set_call_timeout(&self, t: Duration) {
+        self.inner.call_timeout_ms.store((t.as_millis() as u64).max(1), Ordering::Relaxed);
+    }
+
+    fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.inner.call_timeout_ms.load(Ordering::Relaxed))
     }
 
     /// Replaces the backend set. Backends whose spec is unchanged keep their connection and
@@ -508,7 +534,11 @@ impl Pool {
                 .await
                 .map_err(|_| GatewayError::Internal("backend closed".into()))?;
             backend.requests.fetch_add(1, Ordering::Relaxed);
-            match call(channel).await {
+            let after = self.call_timeout();
+            let Ok(result) = tokio::time::timeout(after, call(channel)).await else {
+                return Err(backend.timed_out(after));
+            };
+            match result {
                 Ok(v) => return Ok(v),
                 Err(status) if is_backend_failure(&status) => {
                     backend.fail("request_failed", format!("request failed: {}", status.message()));
@@ -535,9 +565,15 @@ impl Pool {
             let (backend, channel) = self.pick(role, &tried)?;
             let load = Load::new(&backend);
             backend.requests.fetch_add(1, Ordering::Relaxed);
-            let opened = match open(channel).await {
-                Ok(mut stream) => stream.message().await.map(|first| (first, stream)),
-                Err(status) => Err(status),
+            let opening = async {
+                match open(channel).await {
+                    Ok(mut stream) => stream.message().await.map(|first| (first, stream)),
+                    Err(status) => Err(status),
+                }
+            };
+            let after = self.call_timeout();
+            let Ok(opened) = tokio::time::timeout(after, opening).await else {
+                return Err(backend.timed_out(after));
             };
             match opened {
                 Ok((first, stream)) => return Ok((Routed { backend, _load: load }, first, stream)),

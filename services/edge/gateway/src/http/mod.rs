@@ -35,19 +35,25 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{DefaultBodyLimit, State, rejection::JsonRejection},
-    http::{HeaderName, HeaderValue, StatusCode},
-    middleware::from_fn_with_state,
+    body::{Body, HttpBody},
+    extract::{DefaultBodyLimit, Request, State, rejection::JsonRejection},
+    http::{HeaderName, HeaderValue, StatusCode, header},
+    middleware::{Next, from_fn_with_state},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
+use futures::StreamExt;
 use serde_json::{Value, json};
 use server::Metrics;
 use tonic::Code;
 
 use attest::Role;
 
-use crate::{error::GatewayError, pipeline::Pipeline};
+use crate::{
+    admission::{Admission, RETRY_AFTER_SECONDS},
+    error::GatewayError,
+    pipeline::Pipeline,
+};
 
 pub mod access;
 mod chat;
@@ -79,16 +85,25 @@ pub(crate) struct AppState {
 
 pub(crate) type St = State<Arc<AppState>>;
 
-/// The HTTP port's routes, every one behind `access`.
+/// The HTTP port's routes, every one behind `access`, with an admission limit of its own.
 pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics, access: Access) -> Router {
+    router_with(pipeline, metrics, access, Admission::default())
+}
+
+/// [`router`], its model routes (embeddings, chat, rerank, documents) counted in
+/// `admission`, which the gRPC port may share: over its limit they answer 429 at once.
+pub fn router_with(pipeline: Arc<Pipeline>, metrics: Metrics, access: Access, admission: Admission) -> Router {
     let guard = Arc::new(access::Guard { access, metrics: metrics.clone() });
-    Router::new()
+    let model_routes = Router::new()
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/rerank", post(rerank))
+        .route("/v1/documents", post(documents::add))
+        .route_layer(from_fn_with_state((admission, metrics.clone()), admit));
+    Router::new()
+        .merge(model_routes)
         .route("/v1/models", get(models))
         .route("/openapi.json", get(openapi))
-        .route("/v1/documents", post(documents::add))
         .route("/v1/trust", get(trust::report))
         .merge(crate::console::routes())
         .fallback(|| async {
@@ -106,6 +121,54 @@ pub fn router(pipeline: Arc<Pipeline>, metrics: Metrics, access: Access) -> Rout
         // Outermost: nothing runs, not even the body limit or a fallback, before it.
         .layer(from_fn_with_state(guard, access::guard))
         .with_state(Arc::new(AppState { pipeline, metrics }))
+}
+
+/// Reads a model request's body, then admits the request or refuses it at once: 429
+/// `overloaded` with `Retry-After`. The body comes first, within the admission's body
+/// timeout (408 after it) and `MAX_BODY` (413), so a client that sends slowly holds no
+/// place. The place is held until the response body is sent, so a streamed answer counts
+/// until its `[DONE]` (or until its client goes away and the body is dropped).
+async fn admit(State((admission, metrics)): State<(Admission, Metrics)>, req: Request, next: Next) -> Response {
+    let t = Instant::now();
+    let (parts, body) = req.into_parts();
+    let bytes = match tokio::time::timeout(admission.body_timeout(), axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) if e.to_string().contains("length limit") => {
+            return ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+                format!("the request body exceeds {MAX_BODY} bytes"),
+            )
+            .into_response();
+        }
+        Ok(Err(_)) => return ApiError::invalid("the request body could not be read").into_response(),
+        Err(_) => {
+            metrics.observe("http.Admission", Code::DeadlineExceeded, t.elapsed().as_secs_f64());
+            let message = format!("the request body did not arrive within {:?}", admission.body_timeout());
+            return ApiError::new(StatusCode::REQUEST_TIMEOUT, "invalid_request_error", "request_timeout", message)
+                .into_response();
+        }
+    };
+    let permit = match admission.try_admit() {
+        Ok(p) => p,
+        Err(full) => {
+            metrics.observe("http.Admission", Code::ResourceExhausted, t.elapsed().as_secs_f64());
+            return ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "overloaded", full.message())
+                .header(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS))
+                .into_response();
+        }
+    };
+    let (parts, body) = next.run(Request::from_parts(parts, Body::from(bytes))).await.into_parts();
+    if body.size_hint().exact().is_some() {
+        // A whole body, already computed: the request is done.
+        return Response::from_parts(parts, body);
+    }
+    let body = Body::from_stream(body.into_data_stream().map(move |chunk| {
+        let _held = &permit;
+        chunk
+    }));
+    Response::from_parts(parts, body)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -169,11 +232,12 @@ impl ApiError {
     /// The gRPC code this error would be, for the metrics.
     fn grpc_code(&self) -> Code {
         match self.status.as_u16() {
-            400 | 404 | 405 | 413 | 415 | 422 => Code::InvalidArgument,
+            400 | 404 | 405 | 408 | 413 | 415 | 422 => Code::InvalidArgument,
             401 => Code::Unauthenticated,
             403 | 421 => Code::PermissionDenied,
             429 => Code::ResourceExhausted,
             503 => Code::Unavailable,
+            507 => Code::ResourceExhausted,
             504 => Code::DeadlineExceeded,
             _ => Code::Internal,
         }
@@ -193,6 +257,10 @@ impl IntoResponse for ApiError {
 impl From<GatewayError> for ApiError {
     fn from(e: GatewayError) -> Self {
         let message = e.to_string();
+        if let GatewayError::Store(store::StoreError::DiskFull(_)) = e {
+            // Not the client's rate: the gateway's disk. Retrying later may work, 429 would mislead.
+            return Self::new(StatusCode::INSUFFICIENT_STORAGE, "server_error", "disk_full", message);
+        }
         match e.code() {
             Code::InvalidArgument | Code::OutOfRange => Self::invalid(message),
             Code::FailedPrecondition => {

@@ -1,0 +1,121 @@
+//! Admission: how many model requests (ingest, search, query; embeddings, chat, rerank,
+//! documents over HTTP) the gateway serves at once, both front doors together. One more is
+//! refused at once — gRPC `RESOURCE_EXHAUSTED` with a `retry-after` metadata entry, HTTP 429
+//! with `Retry-After` — instead of queueing behind the others until the client's deadline
+//! passes: a full gateway answers in microseconds, and what it admitted still finishes in
+//! the time it would have alone.
+//!
+//! A permit lives as long as its request: a streamed answer holds it until its last event
+//! is sent (or its client goes away). Over HTTP the request's body is read first, within
+//! [`Admission::body_timeout`], so a client that sends slowly holds no place.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+/// Requests served at once by default: what two cores serve without a query waiting long
+/// for its first token behind the others (docs/RELIABILITY.md measures it).
+pub const DEFAULT_MAX_CONCURRENT: usize = 32;
+
+/// Seconds a refused client is told to wait: about one short answer's time.
+pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// How long an HTTP client may take to send a model request's body (16 MiB at most).
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The gateway's admission limit. Cheap to clone; both front doors share one.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    permits: Arc<Semaphore>,
+    limit: usize,
+    body_timeout: Duration,
+}
+
+/// Admitted: the request counts against the limit while this lives.
+#[derive(Debug)]
+pub struct Admitted(#[allow(dead_code)] OwnedSemaphorePermit);
+
+/// Refused: the gateway already serves `limit` requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full {
+    pub limit: usize,
+}
+
+impl Full {
+    pub fn message(&self) -> String {
+        format!(
+            "the gateway is serving its limit of {} requests at once (--max-concurrent-requests); retry in {RETRY_AFTER_SECONDS} s",
+            self.limit
+        )
+    }
+
+    /// The gRPC refusal: `RESOURCE_EXHAUSTED`, with `retry-after` (seconds) in its metadata.
+    pub fn status(&self) -> tonic::Status {
+        let mut s = tonic::Status::resource_exhausted(self.message());
+        s.metadata_mut().insert("retry-after", tonic::metadata::MetadataValue::from(RETRY_AFTER_SECONDS));
+        s
+    }
+}
+
+impl Admission {
+    /// At most `limit` requests at once (at least 1).
+    pub fn new(limit: usize) -> Self {
+        let limit = limit.max(1);
+        Admission { permits: Arc::new(Semaphore::new(limit)), limit, body_timeout: DEFAULT_BODY_TIMEOUT }
+    }
+
+    /// How long an HTTP client may take to send its request's body; then 408.
+    pub fn with_body_timeout(mut self, t: Duration) -> Self {
+        self.body_timeout = t;
+        self
+    }
+
+    pub fn body_timeout(&self) -> Duration {
+        self.body_timeout
+    }
+
+    /// Admits a request now, or refuses it now: never waits.
+    pub fn try_admit(&self) -> Result<Admitted, Full> {
+        match self.permits.clone().try_acquire_owned() {
+            Ok(p) => Ok(Admitted(p)),
+            Err(TryAcquireError::NoPermits | TryAcquireError::Closed) => Err(Full { limit: self.limit }),
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Requests being served now.
+    pub fn in_flight(&self) -> usize {
+        self.limit - self.permits.available_permits()
+    }
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission::new(DEFAULT_MAX_CONCURRENT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_over_the_limit_is_refused_at_once_and_a_finished_one_frees_its_place() {
+        let a = Admission::new(2);
+        let first = a.try_admit().unwrap();
+        let _second = a.try_admit().unwrap();
+        assert_eq!(a.in_flight(), 2);
+        let full = a.try_admit().unwrap_err();
+        assert_eq!(full, Full { limit: 2 });
+        let status = full.status();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(status.metadata().get("retry-after").unwrap(), "1");
+        assert!(status.message().contains("--max-concurrent-requests"), "{}", status.message());
+        drop(first);
+        assert!(a.try_admit().is_ok());
+        assert_eq!(Admission::new(0).limit(), 1);
+    }
+}
