@@ -206,8 +206,11 @@ fn labels(a: &ModelArgs) -> (&'static str, &'static str) {
     (base, a.protection.as_str())
 }
 
+/// A side's engine, and the same engine as the Vulkan one where it is (for its GPU time).
+type Opened = (Arc<dyn Engine>, Option<Arc<WgpuEngine>>);
+
 /// The engine a side multiplies on: the CPU engine, or the Vulkan one `--engine` names.
-fn open_engine(a: &ModelArgs) -> Result<(Arc<dyn Engine>, Option<Arc<WgpuEngine>>)> {
+fn open_engine(a: &ModelArgs) -> Result<Opened> {
     if a.engine.trim().eq_ignore_ascii_case("cpu") {
         return Ok((Arc::new(kernels::CpuEngine::new()), None));
     }
@@ -459,7 +462,7 @@ fn real_model(a: &ModelArgs, path: &std::path::Path) -> Result<()> {
     let name = path.file_name().map_or_else(|| "model".into(), |f| f.to_string_lossy().into_owned());
     match files.kind {
         models::Kind::Bert { .. } => {
-            println!("{}", pass_header(&a));
+            println!("{}", pass_header(a));
             println!("|---|---|---|---|---|{SHARE_RULE}");
             for &n in &a.n {
                 let opts = models::LoadOptions { max_seq_length: Some(n), ..Default::default() };
