@@ -117,8 +117,10 @@ impl EncryptedRedbStore {
             return Err(StoreError::invalid("nprobe must be at least 1"));
         }
         let sealer = Sealer::new(key);
-        create_if_missing(&path, &sealer, dimension)?;
-        let db = Database::builder().set_check_integrity_on_open(true).set_cache_size(CACHE_BYTES).create(&path)?;
+        let db = match create_if_missing(&path, &sealer, dimension)? {
+            Some(created) => created,
+            None => Database::builder().set_check_integrity_on_open(true).set_cache_size(CACHE_BYTES).create(&path)?,
+        };
         let next_seq = check_or_init_meta(&db, &sealer, dimension)?;
         let mut index = load_index(&db, &sealer, Index::with_ann(dimension, options), next_seq)?;
         index.refresh_ann();
@@ -407,12 +409,14 @@ fn remove_chunks(vectors: &mut SeqTable<'_>, texts: &mut SeqTable<'_>, old: &Doc
 /// A new store is made whole beside its path and renamed into place, so a file at `path` is
 /// always one this crate finished creating. An existing file that is empty is then a store
 /// cut to nothing (redb would quietly initialise it as a new, empty database): refused.
-fn create_if_missing(path: &Path, sealer: &Sealer, dimension: usize) -> Result<()> {
+/// Returns the new store's database, still open (its handle follows the rename), or `None`
+/// when the file exists.
+fn create_if_missing(path: &Path, sealer: &Sealer, dimension: usize) -> Result<Option<Database>> {
     match std::fs::metadata(path) {
         Ok(m) if m.len() == 0 => {
             return Err(StoreError::corrupt(RecordKind::File, "the store file is empty (truncated, or not a store)"));
         }
-        Ok(_) => return Ok(()),
+        Ok(_) => return Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(StoreError::Io(e)),
     }
@@ -424,16 +428,13 @@ fn create_if_missing(path: &Path, sealer: &Sealer, dimension: usize) -> Result<(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(StoreError::Io(e)),
     }
-    {
-        let db = Database::builder().set_cache_size(CACHE_BYTES).create(&tmp)?;
-        check_or_init_meta(&db, sealer, dimension)?;
-    }
-    std::fs::File::open(&tmp).and_then(|f| f.sync_all())?;
+    let db = Database::builder().set_cache_size(CACHE_BYTES).create(&tmp)?;
+    check_or_init_meta(&db, sealer, dimension)?;
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::File::open(dir).and_then(|d| d.sync_all())?;
     }
-    Ok(())
+    Ok(Some(db))
 }
 
 fn open_doc(sealer: &Sealer, hash: &DocHash, sealed: &[u8]) -> Result<DocRecord> {

@@ -262,8 +262,9 @@ fn a_full_disk_refuses_the_write_and_loses_nothing_acknowledged() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the writer failed (panic or signal): {:?}\n{stdout}", out.status);
-    let acked: Vec<u64> = stdout.lines().filter_map(|l| l.strip_prefix("acked ")?.parse().ok()).collect();
-    let refusals: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("refused ")).collect();
+    // The harness may print `test NAME ... ` in front of the child's first line.
+    let acked: Vec<u64> = stdout.lines().filter_map(|l| l.split("acked ").nth(1)?.trim().parse().ok()).collect();
+    let refusals: Vec<&str> = stdout.lines().filter_map(|l| l.split("refused ").nth(1)).collect();
     // The write that did not fit says why; after it redb may refuse every write until the
     // store is reopened (its `PreviousIo`), which is typed too.
     assert!(matches!(refusals[..], ["disk_full", "disk_full" | "db"]), "{stdout}");
