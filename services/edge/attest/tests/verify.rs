@@ -2,6 +2,9 @@
 
 mod common;
 
+#[path = "verify/hostile.rs"]
+mod hostile;
+
 use std::time::{Duration, SystemTime};
 
 use attest::amd::AmdGeneration;

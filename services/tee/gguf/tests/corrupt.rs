@@ -159,3 +159,96 @@ fn truncated_real_model_names_the_cut() {
     let e = GgufFile::from_bytes(head).unwrap_err();
     assert!(e.to_string().contains("token_embd.weight"), "{e}");
 }
+
+/// Parses `bytes` and, if it parses, dequantizes every tensor: `Some(true)` if all of it
+/// worked, `Some(false)` if it parsed but a tensor was refused, `None` if refused at parse.
+/// A panic fails the calling test.
+fn parse_all(bytes: Vec<u8>) -> Option<bool> {
+    let f = GgufFile::from_bytes(bytes).ok()?;
+    let names: Vec<String> = f.tensors().iter().map(|t| t.name.clone()).collect();
+    Some(names.iter().all(|n| f.tensor_f32(n).is_ok()))
+}
+
+/// The hidden-input corpus of GGUF headers: every byte position of a valid header
+/// overwritten, as a 4-byte and as an 8-byte field, with the values that break parsers (0,
+/// 1, all ones, the sign bit, a type id past the table, the file's own length, a length
+/// far past it). Every file must parse or be refused with an error; none may panic or
+/// allocate what the file's length does not justify.
+#[test]
+fn hostile_header_corpus_is_refused_or_parsed_never_panics() {
+    let bytes = synthetic();
+    let header_len = GgufFile::from_bytes(bytes.clone()).unwrap().data_offset();
+    let len = bytes.len() as u64;
+    let wide: [u64; 7] = [0, 1, u32::MAX as u64, u64::MAX, 1 << 63, len, len << 24];
+    let narrow: [u32; 7] = [0, 1, 9, 31, 200, u32::MAX, 1 << 31];
+    let (mut files, mut parsed, mut whole) = (0usize, 0usize, 0usize);
+    let mut run = |b: Vec<u8>| {
+        files += 1;
+        if let Some(all) = parse_all(b) {
+            parsed += 1;
+            whole += usize::from(all);
+        }
+    };
+    for at in 0..header_len {
+        for v in wide {
+            let mut b = bytes.clone();
+            let end = (at + 8).min(b.len());
+            b[at..end].copy_from_slice(&v.to_le_bytes()[..end - at]);
+            run(b);
+        }
+        for v in narrow {
+            let mut b = bytes.clone();
+            let end = (at + 4).min(b.len());
+            b[at..end].copy_from_slice(&v.to_le_bytes()[..end - at]);
+            run(b);
+        }
+    }
+    eprintln!(
+        "GGUF hostile headers: {files} files from a {header_len}-byte header, {} refused at parse, {parsed} parsed \
+         ({whole} with every tensor readable), 0 panics",
+        files - parsed
+    );
+    assert_eq!(files, header_len * 14);
+    assert!(files - parsed > files / 4, "most forged fields must be caught: {parsed} of {files} parsed");
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2048, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// A valid preamble (magic, version, counts) followed by arbitrary bytes: the parser
+        /// gets past the magic every time and must refuse or parse without panicking.
+        #[test]
+        fn arbitrary_bytes_after_a_valid_preamble(
+            version in 2u32..=3,
+            tensors in prop_oneof![0u64..4, any::<u64>()],
+            kvs in prop_oneof![0u64..4, any::<u64>()],
+            rest in prop::collection::vec(any::<u8>(), 0..1024),
+        ) {
+            let mut b = b"GGUF".to_vec();
+            b.extend(version.to_le_bytes());
+            b.extend(tensors.to_le_bytes());
+            b.extend(kvs.to_le_bytes());
+            b.extend(rest);
+            let _ = parse_all(b);
+        }
+
+        /// A valid header with a run of its bytes replaced by arbitrary ones.
+        #[test]
+        fn arbitrary_runs_inside_a_valid_header(at in any::<prop::sample::Index>(), run in prop::collection::vec(any::<u8>(), 1..24)) {
+            let mut b = synthetic();
+            let header_len = GgufFile::from_bytes(b.clone()).unwrap().data_offset();
+            let at = at.index(header_len);
+            for (i, x) in run.iter().enumerate() {
+                if let Some(slot) = b.get_mut(at + i) {
+                    *slot = *x;
+                }
+            }
+            let _ = parse_all(b);
+        }
+    }
+}
