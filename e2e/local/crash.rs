@@ -1,6 +1,7 @@
 //! The gateway SIGKILLed in the middle of an ingest: after a restart the store holds every
-//! acknowledged document, whole, and no document in part; and the store's files hold none of
-//! the ingested text nor any stored vector in the clear.
+//! acknowledged document, whole, and no document in part; its index agrees with its records;
+//! re-sending the cut-off ingest stores each document once; and the store's files hold none
+//! of the ingested text nor any stored vector in the clear.
 
 use std::{
     sync::{
@@ -117,6 +118,19 @@ async fn a_gateway_killed_during_ingest_keeps_every_acknowledged_document_whole(
         }
     }
     assert_eq!(present, stored_documents, "the store holds documents this test did not write");
+    // The index agrees with the records: as many chunks as the documents hold, and each
+    // document's first passage found by its own vector.
+    let st = store.stats().unwrap();
+    assert_eq!((st.documents as usize, st.chunks as usize), (present, vectors.len()), "index and records disagree");
+    for call in 0..=in_flight {
+        for i in (0..DOCS_PER_CALL).step_by(5) {
+            let id = id_of(call, i);
+            if let Some(d) = store.get(&id).unwrap() {
+                let hit = &store.search(&d.chunks[0].embedding, 1).unwrap()[0];
+                assert_eq!((hit.document_id.as_str(), hit.chunk_index), (id.as_str(), 0), "{id}: the index lost it");
+            }
+        }
+    }
     eprintln!(
         "crash: {} acknowledged, {} stored, {} of the {} in the killed call",
         acked.len(),
@@ -125,6 +139,26 @@ async fn a_gateway_killed_during_ingest_keeps_every_acknowledged_document_whole(
         DOCS_PER_CALL
     );
     drop(store);
+
+    // Re-sending the calls that were cut off, twice, through a gateway restarted once more:
+    // every document of every call is then stored once, whole, and the second sending
+    // changes nothing (an id is a document's identity; re-ingesting replaces it).
+    let gw = gateway("crash-gateway-resend", &data, &backend);
+    let mut client = rag(&gw).await;
+    let resend = |call: usize| -> Vec<api::v1::Document> {
+        (0..DOCS_PER_CALL).map(|i| doc(&id_of(call, i), &format!("Study {call}-{i}"), &text_of(call, i))).collect()
+    };
+    let mut counts = Vec::new();
+    for _ in 0..2 {
+        let s = ingest(&mut client, resend(in_flight)).await.expect("the re-sent ingest");
+        assert_eq!(s.documents as usize, DOCS_PER_CALL, "{:?}", s.skipped);
+        let st = stats(&mut client).await;
+        counts.push((st.documents, st.chunks));
+    }
+    assert_eq!(counts[0], counts[1], "a second identical ingest changed the store");
+    assert_eq!(counts[0].0 as usize, (in_flight + 1) * DOCS_PER_CALL, "every call's documents, each once");
+    drop(client);
+    drop(gw);
 
     // At rest: no ingested text and no stored vector appears in any file of the data dir.
     let mut bytes = Vec::new();

@@ -11,6 +11,7 @@
 //! - `failover`: a generator killed mid-answer, the survivor, and the restarted one.
 //! - `crash`: the gateway SIGKILLed during ingest keeps every acknowledged document whole;
 //!   its store files hold no plaintext and no raw vectors.
+//! - `stall`: an embedder stopped by SIGSTOP times out by name and blocks no other call.
 
 #[path = "../../services/apps/gelo/tests/support/mod.rs"]
 mod support;
@@ -21,4 +22,5 @@ mod crash;
 mod failover;
 mod gate;
 mod retrieval;
+mod stall;
 mod up;

@@ -103,6 +103,12 @@ impl Proc {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Sends `signal` (a name `kill -s` knows: STOP, CONT, TERM, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill").args(["-s", signal, &self.child.id().to_string()]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "kill -s {signal} {}", self.child.id());
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
