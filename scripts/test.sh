@@ -62,6 +62,11 @@ e2e/apiserver/run.sh
 # The official openai Python client against `gelo up` (installed by scripts/setup.sh).
 step openai client
 python3 scripts/openai_client_check.py --gelo "$CARGO_TARGET_DIR/debug/gelo"
+# A short soak of `gelo up --small` through the HTTP port (docs/RELIABILITY.md): concurrent
+# streamed answers, embeddings, ingests and reranks with no error but the documented 429, then
+# more streams at once than the gateway admits, refused at once with Retry-After.
+step soak
+python3 scripts/soak.py --gelo "$CARGO_TARGET_DIR/debug/gelo" --small --warmup 10 --duration 40 --concurrency 4 --limit 8 --overload 16
 # The HTTP API fuzzed against its OpenAPI document (/openapi.json) by schemathesis (scripts/setup.sh installs it).
 step schemathesis
 python3 scripts/openapi_fuzz.py --gelo "$CARGO_TARGET_DIR/debug/gelo" --examples 10

@@ -1,6 +1,9 @@
 //! `gelo bench serve`: a model service started as its own process (RA-TLS, mock
 //! attestation, the protection `--protection` names), driven by concurrent gRPC clients,
 //! against the same model's in-process rate under the same protection on the same machine.
+//! With `--role gateway`, a soak of a running gateway's HTTP port instead ([`soak`]).
+
+mod soak;
 
 use std::{
     io::{BufRead, BufReader},
@@ -18,11 +21,12 @@ use crate::linears::median;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// embedder or generator.
+    /// embedder or generator (a model service started here), or gateway (a running one soaked).
     #[arg(long, default_value = "embedder")]
     role: String,
+    /// The model (embedder, generator); not used with `--role gateway`.
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Concurrent clients (embedder) or streams (generator).
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     concurrency: Vec<usize>,
@@ -38,6 +42,54 @@ pub struct ServeArgs {
     /// The service's protection (and the in-process reference's): sealed or masked.
     #[arg(long, default_value = "sealed")]
     protection: protocol::Protection,
+    /// `--role gateway`: the gateway's HTTP address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http: std::net::SocketAddr,
+    /// `--role gateway`: the HTTP API key (default: $OPENAI_API_KEY, as `gelo up` prints it).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, default_value = "")]
+    api_key: String,
+    /// `--role gateway`: seconds of soak after the warm-up.
+    #[arg(long, default_value_t = 60.0)]
+    duration: f64,
+    /// `--role gateway`: seconds of load before the measured soak (memory baseline after it).
+    #[arg(long, default_value_t = 20.0)]
+    warmup: f64,
+    /// `--role gateway`: streamed answers sent at once after the soak, to check that those
+    /// beyond the gateway's --max-concurrent-requests are refused at once (0: skip).
+    #[arg(long, default_value_t = 0)]
+    overload: usize,
+    /// `--role gateway`: `role=pid,...` of the processes whose memory is reported (default:
+    /// every `gelo` process serving a role).
+    #[arg(long, value_delimiter = ',')]
+    pids: Vec<String>,
+    /// `--role gateway`: also write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn soak_args(a: &ServeArgs) -> Result<soak::SoakArgs> {
+    if a.api_key.is_empty() {
+        bail!("--role gateway needs the HTTP API key: --api-key or OPENAI_API_KEY");
+    }
+    let pids = a
+        .pids
+        .iter()
+        .map(|p| {
+            let (role, pid) = p.split_once('=').context("--pids takes role=PID")?;
+            Ok((role.to_string(), pid.parse().context("--pids: a process id")?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(soak::SoakArgs {
+        http: a.http,
+        api_key: a.api_key.clone(),
+        concurrency: a.concurrency.first().copied().unwrap_or(1).max(1),
+        duration: Duration::from_secs_f64(a.duration),
+        warmup: Duration::from_secs_f64(a.warmup),
+        max_tokens: a.max_tokens,
+        overload: a.overload,
+        pids,
+        json_out: a.json.clone(),
+    })
 }
 
 fn text(i: usize) -> String {
@@ -52,6 +104,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
 }
 
 async fn run_async(a: ServeArgs) -> Result<()> {
+    if a.role == "gateway" {
+        return soak::run(soak_args(&a)?).await;
+    }
+    let model = a.model.clone().context("--model is required for --role embedder and generator")?;
     let pki_dir = std::env::temp_dir().join(format!("gelo-bench-pki-{}", std::process::id()));
     let pki = MockPki::load_or_create(&pki_dir)?;
     let policy = Arc::new(
@@ -64,7 +120,7 @@ async fn run_async(a: ServeArgs) -> Result<()> {
         .args([
             a.role.as_str(),
             "--model",
-            a.model.to_str().context("model path")?,
+            model.to_str().context("model path")?,
             "--max-queue",
             "100000",
             "--max-texts",
@@ -83,7 +139,7 @@ async fn run_async(a: ServeArgs) -> Result<()> {
     let metrics = field("metrics=").context("no metrics address on the ready line")?;
     let ch = attest::ratls::connect(&addr, policy, ExpectedPeer::default(), None).await?;
     let result = match a.role.as_str() {
-        "embedder" => embedder(&a, ch.channel(), &metrics).await,
+        "embedder" => embedder(&a, &model, ch.channel(), &metrics).await,
         "generator" => generator(&a, ch.channel()).await,
         other => Err(anyhow::anyhow!("unknown role {other}")),
     };
@@ -109,13 +165,18 @@ fn server_seconds(metrics: &str) -> Result<(f64, f64)> {
     Ok((sum(&["engine_seconds", "tee_seconds"]), sum(&["request_seconds_sum"])))
 }
 
-async fn embedder(a: &ServeArgs, channel: tonic::transport::Channel, metrics: &str) -> Result<()> {
+async fn embedder(
+    a: &ServeArgs,
+    model: &std::path::Path,
+    channel: tonic::transport::Channel,
+    metrics: &str,
+) -> Result<()> {
     // In-process reference: the same model under the same protection (CPU engine), embedding the
     // same texts in batches of what `c` clients can at best have in flight together (one
     // text each): batch 1 for one client, batch c for c clients. Each pass runs on the
     // rayon pool, as the server's do (`models::on_pool`).
     let exec = a.protection.executor(Arc::new(kernels::CpuEngine::new()), Default::default())?;
-    let e = models::load_embedder(&a.model, exec, &Default::default())?;
+    let e = models::load_embedder(model, exec, &Default::default())?;
     // The texts the `c` clients of round `round` send, in batches of `c` (request r of
     // every client together): served and in-process embed exactly the same token counts.
     let in_process = |round: usize, c: usize, requests: usize| -> Result<f64> {
