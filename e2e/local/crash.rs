@@ -28,6 +28,42 @@ fn text_of(call: usize, i: usize) -> String {
     paragraph(&format!("subject {call}-{i} zebrafish regeneration study"), 22)
 }
 
+/// The index agrees with the records: as many documents and chunks as the records hold, and
+/// each document's first passage found by its own vector.
+fn index_agrees_with_records(store: &EncryptedRedbStore, in_flight: usize, documents: usize, chunks: usize) {
+    let st = store.stats().unwrap();
+    assert_eq!((st.documents as usize, st.chunks as usize), (documents, chunks), "index and records disagree");
+    for call in 0..=in_flight {
+        for i in (0..DOCS_PER_CALL).step_by(5) {
+            let id = id_of(call, i);
+            if let Some(d) = store.get(&id).unwrap() {
+                let hit = &store.search(&d.chunks[0].embedding, 1).unwrap()[0];
+                assert_eq!((hit.document_id.as_str(), hit.chunk_index), (id.as_str(), 0), "{id}: the index lost it");
+            }
+        }
+    }
+}
+
+/// Re-sends the call that was cut off, twice, through a gateway restarted once more: every
+/// document of every call is then stored once, whole, and the second sending changes
+/// nothing (an id is a document's identity; re-ingesting replaces it).
+async fn resend_is_idempotent(data: &std::path::Path, backend: &[&str], in_flight: usize) {
+    let gw = gateway("crash-gateway-resend", data, backend);
+    let mut client = rag(&gw).await;
+    let resend = |call: usize| -> Vec<api::v1::Document> {
+        (0..DOCS_PER_CALL).map(|i| doc(&id_of(call, i), &format!("Study {call}-{i}"), &text_of(call, i))).collect()
+    };
+    let mut counts = Vec::new();
+    for _ in 0..2 {
+        let s = ingest(&mut client, resend(in_flight)).await.expect("the re-sent ingest");
+        assert_eq!(s.documents as usize, DOCS_PER_CALL, "{:?}", s.skipped);
+        let st = stats(&mut client).await;
+        counts.push((st.documents, st.chunks));
+    }
+    assert_eq!(counts[0], counts[1], "a second identical ingest changed the store");
+    assert_eq!(counts[0].0 as usize, (in_flight + 1) * DOCS_PER_CALL, "every call's documents, each once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_killed_during_ingest_keeps_every_acknowledged_document_whole() {
     let dir = tempfile::tempdir().unwrap();
@@ -118,19 +154,7 @@ async fn a_gateway_killed_during_ingest_keeps_every_acknowledged_document_whole(
         }
     }
     assert_eq!(present, stored_documents, "the store holds documents this test did not write");
-    // The index agrees with the records: as many chunks as the documents hold, and each
-    // document's first passage found by its own vector.
-    let st = store.stats().unwrap();
-    assert_eq!((st.documents as usize, st.chunks as usize), (present, vectors.len()), "index and records disagree");
-    for call in 0..=in_flight {
-        for i in (0..DOCS_PER_CALL).step_by(5) {
-            let id = id_of(call, i);
-            if let Some(d) = store.get(&id).unwrap() {
-                let hit = &store.search(&d.chunks[0].embedding, 1).unwrap()[0];
-                assert_eq!((hit.document_id.as_str(), hit.chunk_index), (id.as_str(), 0), "{id}: the index lost it");
-            }
-        }
-    }
+    index_agrees_with_records(&store, in_flight, present, vectors.len());
     eprintln!(
         "crash: {} acknowledged, {} stored, {} of the {} in the killed call",
         acked.len(),
@@ -140,25 +164,7 @@ async fn a_gateway_killed_during_ingest_keeps_every_acknowledged_document_whole(
     );
     drop(store);
 
-    // Re-sending the calls that were cut off, twice, through a gateway restarted once more:
-    // every document of every call is then stored once, whole, and the second sending
-    // changes nothing (an id is a document's identity; re-ingesting replaces it).
-    let gw = gateway("crash-gateway-resend", &data, &backend);
-    let mut client = rag(&gw).await;
-    let resend = |call: usize| -> Vec<api::v1::Document> {
-        (0..DOCS_PER_CALL).map(|i| doc(&id_of(call, i), &format!("Study {call}-{i}"), &text_of(call, i))).collect()
-    };
-    let mut counts = Vec::new();
-    for _ in 0..2 {
-        let s = ingest(&mut client, resend(in_flight)).await.expect("the re-sent ingest");
-        assert_eq!(s.documents as usize, DOCS_PER_CALL, "{:?}", s.skipped);
-        let st = stats(&mut client).await;
-        counts.push((st.documents, st.chunks));
-    }
-    assert_eq!(counts[0], counts[1], "a second identical ingest changed the store");
-    assert_eq!(counts[0].0 as usize, (in_flight + 1) * DOCS_PER_CALL, "every call's documents, each once");
-    drop(client);
-    drop(gw);
+    resend_is_idempotent(&data, &backend, in_flight).await;
 
     // At rest: no ingested text and no stored vector appears in any file of the data dir.
     let mut bytes = Vec::new();
