@@ -2,12 +2,15 @@
 //! report engine time against TEE time.
 
 use std::{
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
-use protocol::{Engine, EngineError, EngineInfo, Masked, Registered};
-use tensor::{Matrix, MatrixView, Weight, WeightId};
+use protocol::{Engine, EngineError, EngineInfo, Masked, Registered, RingMasked};
+use tensor::{Matrix, MatrixView, Weight, WeightId, ring::RingWeight};
 
 /// Wraps an engine and sums the wall time of its calls.
 pub struct TimedEngine<E> {
@@ -93,11 +96,44 @@ impl<E: Engine> Engine for TimedEngine<E> {
         self.timed(|| self.inner.softmax_rows(x, scale))
     }
 
+    fn register_ring(&self, id: WeightId, weight: Arc<RingWeight>) -> Result<(), EngineError> {
+        self.inner.register_ring(id, weight)
+    }
+
+    fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
+        self.timed(|| self.inner.ring_matmul_many(x, ids))
+    }
+
     fn buffer(&self, len: usize) -> Vec<f32> {
         self.inner.buffer(len)
     }
 
     fn recycle(&self, buf: Vec<f32>) {
         self.inner.recycle(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::danger::expose_ring;
+    use tensor::WeightLayout;
+
+    use super::*;
+    use crate::CpuEngine;
+
+    /// The wrapper passes ring products through (the `dual-lpn` protection on a timed
+    /// engine), timing them: a default method left unforwarded refuses them instead.
+    #[test]
+    fn ring_products_pass_through_and_are_timed() {
+        let timed = TimedEngine::new(CpuEngine::new());
+        let w = Weight::f32(3, 2, WeightLayout::InOut, vec![0.5, -1.0, 0.25, 1.0, -0.75, 0.125]);
+        let ring = Arc::new(RingWeight::quantize(&w).unwrap());
+        timed.register_ring("w".into(), ring.clone()).unwrap();
+        let x = expose_ring(2, 3, vec![1, 2, u32::MAX, 7, 0, 1 << 31]);
+        let got = timed.ring_matmul_many(&x, &["w".into()]).unwrap();
+        let inner = CpuEngine::new();
+        inner.register_ring("w".into(), ring).unwrap();
+        assert_eq!(got, inner.ring_matmul_many(&x, &["w".into()]).unwrap());
+        assert_eq!(timed.calls(), 1);
     }
 }
