@@ -130,18 +130,24 @@ fn snapshot(store: &EncryptedRedbStore, docs: &[Document]) -> Result<Snapshot, S
     Ok((got, hits))
 }
 
+/// A store of [`corpus`] written to a fresh directory: the directory, the documents, what the
+/// file answers once reopened, and the file's bytes.
+fn written_store() -> (tempfile::TempDir, Vec<Document>, Snapshot, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("docs.redb");
+    let docs = corpus();
+    EncryptedRedbStore::open(&path, &key(), DIM).unwrap().upsert(&docs).unwrap();
+    let want = snapshot(&EncryptedRedbStore::open(&path, &key(), DIM).unwrap(), &docs).unwrap();
+    let original = std::fs::read(&path).unwrap();
+    (dir, docs, want, original)
+}
+
 /// Flips one byte at a time at positions spread over the whole file (header, tree pages,
 /// records, free space). Each altered copy must fail to open with a typed error, or open and
 /// answer exactly as the original does. A panic fails the test.
 #[test]
 fn flipped_bytes_give_typed_errors_or_the_original_data() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("docs.redb");
-    let docs = corpus();
-    EncryptedRedbStore::open(&path, &key(), DIM).unwrap().upsert(&docs).unwrap();
-    // What the unaltered file answers once reopened.
-    let want = snapshot(&EncryptedRedbStore::open(&path, &key(), DIM).unwrap(), &docs).unwrap();
-    let original = std::fs::read(&path).unwrap();
+    let (dir, docs, want, original) = written_store();
     let copy = dir.path().join("altered.redb");
 
     // Every 4 KiB page gets a few hits, including the first bytes (redb's header).
@@ -187,12 +193,7 @@ fn flipped_bytes_give_typed_errors_or_the_original_data() {
 /// empty store: that would serve "no documents" where there were twelve.
 #[test]
 fn truncated_files_give_typed_errors_never_fewer_documents() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("docs.redb");
-    let docs = corpus();
-    EncryptedRedbStore::open(&path, &key(), DIM).unwrap().upsert(&docs).unwrap();
-    let want = snapshot(&EncryptedRedbStore::open(&path, &key(), DIM).unwrap(), &docs).unwrap();
-    let original = std::fs::read(&path).unwrap();
+    let (dir, docs, want, original) = written_store();
     let copy = dir.path().join("truncated.redb");
 
     let len = original.len();
