@@ -184,6 +184,21 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
     let (listener, metrics_listener, http_listener) = bind(&cfg).await?;
     let transport = transport(&cfg, &identity)?;
     let local = |l: &TcpListener| l.local_addr().map_err(|e| GatewayError::Serve(e.to_string()));
+    // The HTTP API on the RA-TLS port too, for clients on other machines (`gelo proxy`),
+    // whenever its access is configured: the same keys as the plain port.
+    let access = &cfg.http_access;
+    let routes = match (&transport, access.api_keys_file.is_some() || access.unauthenticated) {
+        (Transport::RaTls { .. }, true) => {
+            let app = http::router_with(
+                pipeline.clone(),
+                metrics.clone(),
+                http::Access::attested(access, local(&listener)?)?,
+                admission.clone(),
+            );
+            http::attested::alongside_grpc(routes, app)
+        }
+        _ => routes,
+    };
     let mut line = ready_line(
         "gateway",
         local(&listener)?,

@@ -188,6 +188,8 @@ pub struct Access {
     hosts: Hosts,
     auth: Auth,
     limit: RateLimit,
+    /// The RA-TLS port ([`Access::attested`]): any `Host`, no `Origin`.
+    attested: bool,
 }
 
 impl Access {
@@ -207,7 +209,17 @@ impl Access {
             }
         };
         let hosts = Hosts::new(&cfg.allowed_hosts, local)?;
-        Ok(Access { hosts, auth, limit: RateLimit::new(cfg.rate_per_second, cfg.burst) })
+        Ok(Access { hosts, auth, limit: RateLimit::new(cfg.rate_per_second, cfg.burst), attested: false })
+    }
+
+    /// The checks for the HTTP API on the gateway's RA-TLS port ([`super::attested`]): the
+    /// same keys and rate, any `Host` name, and no request that carries an `Origin`. A
+    /// browser completes no handshake with an RA-TLS certificate (it chains to no web
+    /// root), so no page, DNS-rebound or not, reaches this port, and the name a client
+    /// dialled proves nothing; a client that serves browsers (`gelo proxy`) checks their
+    /// `Host` and `Origin` on its own port and does not forward the `Origin`.
+    pub fn attested(cfg: &AccessConfig, local: SocketAddr) -> Result<Access> {
+        Ok(Access { attested: true, ..Access::new(cfg, local)? })
     }
 
     /// The checks of this module's header, in order; the refusal as the client sees it.
@@ -215,16 +227,16 @@ impl Access {
         // HTTP/1.1 names the host in `Host`; HTTP/2 and an absolute request target in the
         // URI. Every name the request gives must be one of ours.
         let host = headers.get(header::HOST).map(|h| h.to_str().unwrap_or("?")).or(authority);
-        for name in [host, authority].into_iter().flatten() {
+        for name in [host, authority].into_iter().flatten().filter(|_| !self.attested) {
             if !self.hosts.allows(name, 80) {
                 return Err(Denied::Host(Some(name.to_string())));
             }
         }
-        if host.is_none() {
+        if host.is_none() && !self.attested {
             return Err(Denied::Host(None));
         }
         if let Some(origin) = headers.get(header::ORIGIN)
-            && !origin.to_str().is_ok_and(|o| self.hosts.allows_origin(o))
+            && (self.attested || !origin.to_str().is_ok_and(|o| self.hosts.allows_origin(o)))
         {
             return Err(Denied::Origin);
         }
@@ -407,6 +419,23 @@ mod tests {
         ] {
             assert!(!h.allows_origin(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_attested_port_answers_any_host_and_no_origin() {
+        let local = "0.0.0.0:50051".parse().unwrap();
+        let open = AccessConfig { unauthenticated: true, ..AccessConfig::default() };
+        let (attested, plain) = (Access::attested(&open, local).unwrap(), Access::new(&open, local).unwrap());
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("gateway.example:50051"));
+        let check = |a: &Access, h: &HeaderMap, authority| a.check(&Method::GET, "/v1/models", h, authority);
+        assert!(check(&attested, &h, Some("gateway.example:50051")).is_ok());
+        assert!(check(&attested, &HeaderMap::new(), None).is_ok(), "HTTP/2 without an authority");
+        assert!(matches!(check(&plain, &h, None), Err(Denied::Host(_))), "the plain port still checks names");
+        // Its own loopback name as the origin, even: no page reaches this port.
+        h.insert(header::ORIGIN, HeaderValue::from_static("http://localhost:50051"));
+        assert!(matches!(check(&attested, &h, None), Err(Denied::Origin)));
+        assert!(matches!(attested.check(&Method::GET, "/", &h, None), Err(Denied::Origin)));
     }
 
     #[test]

@@ -56,6 +56,7 @@ use crate::{
 };
 
 pub mod access;
+pub mod attested;
 mod chat;
 pub mod documents;
 mod embeddings;
