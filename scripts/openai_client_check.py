@@ -3,6 +3,8 @@
 
     python3 scripts/openai_client_check.py --gelo PATH/TO/gelo     # starts `gelo up`, checks, stops it
     OPENAI_API_KEY=gelo-... python3 scripts/openai_client_check.py --base-url http://127.0.0.1:8080/v1   # a running gateway
+    OPENAI_API_KEY=gelo-... python3 scripts/openai_client_check.py --base-url http://127.0.0.1:8090/v1 --add-document   # through `gelo proxy`
+    OPENAI_API_KEY=gelo-... python3 scripts/openai_client_check.py --base-url http://127.0.0.1:8090/v1 --expect-refusal measurement_not_allowed
 
 With --gelo the API key is the one `gelo up` prints. Checks: access first (no key, a wrong
 key: 401 `invalid_api_key` with `WWW-Authenticate: Bearer`, the client's
@@ -11,7 +13,12 @@ listing; embeddings (the client's default base64 encoding and floats, which
 must agree); chat completions whole and streamed (server-sent events; with greedy decoding
 the streamed text equals the whole one, and the usage chunk arrives); the RAG model
 `gelo-rag` (answer citing only passages it was given); an unknown model raising the
-client's NotFoundError. Installs nothing: needs `pip install openai` (scripts/setup.sh installs it).
+client's NotFoundError. With --add-document the document `gelo-rag` must cite is added
+through the API's `/v1/documents` (for a gateway this script did not start, as through
+`gelo proxy`). With --expect-refusal REASON every call instead must be refused by `gelo
+proxy` (502, type `attestation_error` or `server_error`, `code` REASON, named in the
+message): models, embeddings, chat whole and streamed, `gelo-rag`, documents and the console
+page. Installs nothing: needs `pip install openai` (scripts/setup.sh installs it).
 Exits non-zero with a message on the first failed check.
 """
 
@@ -64,6 +71,42 @@ def access_checks(base_url, api_key):
     check(status == 200 and "bearer" in body["components"]["securitySchemes"], "/openapi.json is public and names the bearer scheme")
 
 
+BEES = "Honey bees tell their hive mates where flowers are with the waggle dance."
+
+
+def add_document(base_url, api_key):
+    """The document `gelo-rag` must cite, added through the API itself."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    status, _, body = http_call(f"{root}/v1/documents", api_key, body={"documents": [{"name": "bees", "text": BEES}]})
+    check(status == 200 and body["documents"][0]["id"] == "bees", f"/v1/documents adds a document: {status}")
+
+
+def refusal_checks(base_url, api_key, reason):
+    """Every call refused by the proxy with `reason`, through the client's own exceptions."""
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
+    messages = [{"role": "user", "content": "How do honey bees tell each other where flowers are?"}]
+    calls = {
+        "models.list": lambda: client.models.list(),
+        "embeddings": lambda: client.embeddings.create(model="gelo-embedder", input=["x"]),
+        "chat": lambda: client.chat.completions.create(model="gelo-generator", messages=messages, max_tokens=8),
+        "chat stream": lambda: list(client.chat.completions.create(model="gelo-generator", messages=messages, max_tokens=8, stream=True)),
+        "gelo-rag stream": lambda: list(client.chat.completions.create(model="gelo-rag", messages=messages, max_tokens=8, stream=True)),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+            check(False, f"{name}: refused")
+        except openai.APIStatusError as e:
+            body = e.body if isinstance(e.body, dict) else {}
+            ok = e.status_code == 502 and e.code == reason and reason in str(e) and "sent nothing" in str(e)
+            check(ok and body.get("type") in ("attestation_error", "server_error"), f"{name}: refused, 502 {e.code}")
+    root = base_url.rstrip("/").removesuffix("/v1")
+    for url, body in [(f"{root}/v1/documents", {"documents": [{"name": "bees", "text": BEES}]}), (f"{root}/", None)]:
+        status, _, answer = http_call(url, api_key, body=body)
+        code = (answer or {}).get("error", {}).get("code")
+        check(status == 502 and code == reason, f"{url.removeprefix(root) or '/'}: refused, {status} {code}")
+
+
 def run_checks(base_url, api_key, gelo=None, state=None):
     access_checks(base_url, api_key)
     client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
@@ -101,7 +144,7 @@ def run_checks(base_url, api_key, gelo=None, state=None):
     check(usage is not None and usage.completion_tokens == whole.usage.completion_tokens, "chat stream: usage chunk")
 
     if gelo and state:
-        ingest(gelo, state, "bees", "Honey bees tell their hive mates where flowers are with the waggle dance.")
+        ingest(gelo, state, "bees", BEES)
     rag = client.chat.completions.create(
         model="gelo-rag",
         messages=[{"role": "user", "content": "How do honey bees tell each other where flowers are?"}],
@@ -134,13 +177,22 @@ def main():
     ap.add_argument("--gelo", help="the gelo binary: start `gelo up` for the check")
     ap.add_argument("--base-url", help="an already running gateway's OpenAI base URL (…/v1)")
     ap.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="with --base-url: its API key (default: $OPENAI_API_KEY)")
+    ap.add_argument("--add-document", action="store_true", help="with --base-url: add the cited document through /v1/documents first")
+    ap.add_argument("--expect-refusal", metavar="REASON", help="with --base-url (a `gelo proxy`): every call must be refused with this reason")
     a = ap.parse_args()
     if bool(a.gelo) == bool(a.base_url):
         ap.error("give exactly one of --gelo and --base-url")
     if a.base_url:
         if not a.api_key:
             ap.error("--base-url needs --api-key or OPENAI_API_KEY")
+        if a.expect_refusal:
+            refusal_checks(a.base_url, a.api_key, a.expect_refusal)
+            print(f"openai {openai.__version__}: every call refused with {a.expect_refusal}")
+            return
+        if a.add_document:
+            add_document(a.base_url, a.api_key)
         run_checks(a.base_url, a.api_key)
+        print(f"openai {openai.__version__}: every check passed")
         return
     with tempfile.TemporaryDirectory() as state:
         proc, ready = start_up(a.gelo, state, args=["--small"])
