@@ -12,6 +12,8 @@
 //! - `crash`: the gateway SIGKILLed during ingest keeps every acknowledged document whole;
 //!   its store files hold no plaintext and no raw vectors.
 //! - `stall`: an embedder stopped by SIGSTOP times out by name and blocks no other call.
+//! - `proxy`: the official `openai` client through `gelo proxy` to a gateway on a
+//!   non-loopback address; gateways failing the user's policy refused by name, sent nothing.
 
 #[path = "../../services/apps/gelo/tests/support/mod.rs"]
 mod support;
@@ -21,6 +23,7 @@ mod stack;
 mod crash;
 mod failover;
 mod gate;
+mod proxy;
 mod retrieval;
 mod stall;
 mod up;

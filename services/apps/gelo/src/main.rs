@@ -55,6 +55,9 @@ enum Command {
     /// Clients of a gateway: ingest, query, search, delete, stats, eval, bench.
     #[command(subcommand)]
     Rag(commands::rag::RagCommand),
+    /// Serve a remote gateway's OpenAI API on this machine's loopback, over RA-TLS to a
+    /// gateway verified against your policy (`--check`: verify and print what was verified).
+    Proxy(commands::proxy::ProxyArgs),
 }
 
 /// The command line; the help of the roles' flags, and of the engine and protocol flags of
@@ -118,6 +121,7 @@ fn run_tool(command: Command) -> anyhow::Result<()> {
         Command::Query(args) => commands::rag::run(commands::rag::RagCommand::Query(args)),
         Command::Search(args) => commands::rag::run(commands::rag::RagCommand::Search(args)),
         Command::Rag(cmd) => commands::rag::run(cmd),
+        Command::Proxy(args) => commands::proxy::run(args),
     }
 }
 

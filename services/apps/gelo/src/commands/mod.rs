@@ -4,6 +4,7 @@ pub mod config;
 pub mod engine;
 pub mod gateway;
 pub mod models;
+pub mod proxy;
 pub mod rag;
 pub mod serve;
 pub mod telemetry;

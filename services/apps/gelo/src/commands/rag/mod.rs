@@ -19,7 +19,7 @@ use api::v1::{
     Chunking, DeleteRequest, Document, IngestSummary, QueryRequest, SearchRequest, StageTimings, StatsRequest,
     query_response::Event, rag_client::RagClient,
 };
-use attest::{ExpectedPeer, Policy};
+use attest::Policy;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
@@ -104,7 +104,7 @@ impl Conn {
                 .with_context(|| format!("connecting to {gateway}"))?;
             return Ok(client(ch));
         }
-        Ok(client(self.verify().await?.channel()))
+        Ok(client(self.verify().await?.channel.channel()))
     }
 
     fn gateway(&self) -> Result<String> {
@@ -116,13 +116,13 @@ impl Conn {
         }
     }
 
-    /// Connects over RA-TLS and checks everything the gateway must prove; returns the
-    /// channel with what it proved.
-    pub async fn verify(&self) -> Result<attest::ratls::AttestedChannel> {
+    /// The gateway to talk to and what it must prove: the flags, else what `gelo up`
+    /// wrote in its state file.
+    pub fn target(&self) -> Result<proxy::GatewayTarget> {
         let up = UpState::read(&state_file(self.state_dir.as_deref())).ok();
         let from_up = |what: &str| anyhow!("no {what}: pass --{what}, or start a local pipeline with `gelo up`");
-        let gateway = self.gateway()?;
-        let policy = match (&self.policy, &up) {
+        let address = self.gateway()?;
+        let policy_file = match (&self.policy, &up) {
             (Some(p), _) => p.clone(),
             (None, Some(u)) => u.policy.clone(),
             (None, None) => return Err(from_up("policy")),
@@ -139,36 +139,28 @@ impl Conn {
                 Ok(out)
             })
             .transpose()?;
+        let policy = Policy::from_file(&policy_file).with_context(|| format!("policy {}", policy_file.display()))?;
+        let trusts_file = self.backend_policy.as_ref().unwrap_or(&policy_file);
         let trusts = match &self.backend_policy {
             Some(p) => Policy::from_file(p).with_context(|| format!("backend policy {}", p.display()))?,
-            None => Policy::from_file(&policy).with_context(|| format!("policy {}", policy.display()))?,
+            None => policy.clone(),
         };
-        let trusts_file = self.backend_policy.as_ref().unwrap_or(&policy).display().to_string();
-        let policy = Arc::new(Policy::from_file(&policy).with_context(|| format!("policy {}", policy.display()))?);
-        let ch = attest::ratls::connect(&gateway, policy, ExpectedPeer { model_identity, ..Default::default() }, None)
-            .await
-            .with_context(|| format!("RA-TLS to the gateway at {gateway}"))?;
-        if ch.peer().role() != "gateway" {
-            bail!("{gateway} proved role `{}`, not gateway", ch.peer().role());
-        }
-        check_backend_policy(ch.peer(), &trusts, &trusts_file).with_context(|| format!("the gateway at {gateway}"))?;
-        ch.challenge().await.with_context(|| format!("fresh evidence from the gateway at {gateway}"))?;
-        Ok(ch)
+        let backend_policy = trusts.digest().with_context(|| format!("backend policy {}", trusts_file.display()))?;
+        Ok(proxy::GatewayTarget {
+            address,
+            policy: Arc::new(policy),
+            model_identity,
+            backend_policy,
+            backend_policy_name: trusts_file.display().to_string(),
+        })
     }
-}
 
-/// The gateway must attest that it verifies backends with `expected` (by digest): otherwise
-/// it may route prompts to services this client never agreed to trust.
-pub fn check_backend_policy(gateway: &attest::Verified, expected: &Policy, name: &str) -> Result<()> {
-    let want = expected.digest().with_context(|| format!("backend policy {name}"))?;
-    match gateway::attested_backend_policy(gateway) {
-        Some(got) if got == want => Ok(()),
-        Some(got) => bail!(
-            "gateway_policy_mismatch: it attests backend policy {}, not {} ({name}): it trusts other backends than this client expects",
-            hex::encode(got),
-            hex::encode(want)
-        ),
-        None => bail!("gateway_policy_mismatch: its attested scheme names no backend policy"),
+    /// Connects over RA-TLS and checks everything the gateway must prove
+    /// ([`proxy::verify_gateway`]: evidence, role, backend policy, fresh nonce); returns
+    /// what it proved with the channel.
+    pub async fn verify(&self) -> Result<proxy::VerifiedGateway> {
+        let target = self.target()?;
+        proxy::verify_gateway(&target).await.with_context(|| format!("the gateway at {}", target.address))
     }
 }
 
@@ -534,13 +526,9 @@ async fn verify(a: StatsArgs) -> Result<()> {
     if a.conn.insecure {
         bail!("--insecure verifies nothing");
     }
-    let ch = a.conn.verify().await?;
-    let peer = ch.current_peer().unwrap_or_else(|| ch.peer().clone());
-    let backend_policy = gateway::attested_backend_policy(&peer).map(hex::encode);
-    let mut out = serde_json::to_value(peer.summary())?;
-    out["backend_policy_sha256"] = json!(backend_policy);
-    out["fresh_nonce"] = json!(true);
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    let target = a.conn.target()?;
+    let gateway = proxy::verify_gateway(&target).await.with_context(|| format!("the gateway at {}", target.address))?;
+    println!("{}", serde_json::to_string_pretty(&gateway.report(&target))?);
     Ok(())
 }
 
