@@ -26,6 +26,17 @@ pub enum GatewayError {
     /// abandoned and the backend leaves the rotation until it verifies again.
     #[error("{role} {endpoint} did not answer within {after:?}; it leaves the rotation until it verifies again")]
     Timeout { role: Role, endpoint: String, after: std::time::Duration },
+    /// A backend's stream sent nothing for the call timeout after it had started (a
+    /// generator stopped mid-answer): the answer is incomplete, the call is abandoned and the
+    /// backend leaves the rotation until it verifies again.
+    #[error(
+        "{role} {endpoint} stopped answering: nothing for {after:?} after the answer had started; it leaves the rotation until it verifies again; retry the query"
+    )]
+    Stalled { role: Role, endpoint: String, after: std::time::Duration },
+    /// The client sent nothing of a request it had started (an ingest stream's next
+    /// document) within the time it is given.
+    #[error("the client sent no {what} within {after:?}")]
+    ClientTimeout { what: &'static str, after: std::time::Duration },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     /// A request or document over a configured limit.
@@ -75,7 +86,9 @@ impl GatewayError {
                 Code::DataLoss => Code::DataLoss,
                 _ => Code::Unavailable,
             },
-            GatewayError::Timeout { .. } => Code::DeadlineExceeded,
+            GatewayError::Timeout { .. } | GatewayError::Stalled { .. } | GatewayError::ClientTimeout { .. } => {
+                Code::DeadlineExceeded
+            }
             GatewayError::InvalidRequest(_) | GatewayError::TooLarge { .. } => Code::InvalidArgument,
             GatewayError::Store(e) => match e {
                 store::StoreError::InvalidInput(_) => Code::InvalidArgument,
@@ -103,6 +116,8 @@ impl GatewayError {
             GatewayError::Backend { .. } => "backend",
             GatewayError::BrokenStream { .. } => "broken_stream",
             GatewayError::Timeout { .. } => "timeout",
+            GatewayError::Stalled { .. } => "stalled",
+            GatewayError::ClientTimeout { .. } => "client_timeout",
             GatewayError::InvalidRequest(_) => "invalid_request",
             GatewayError::TooLarge { .. } => "too_large",
             GatewayError::Store(_) => "store",

@@ -25,7 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use attest::Role;
 
 use crate::{
-    backends::{Pool, Routed},
+    backends::{BackendStream, Pool, Routed},
     chunker::{Chunker, Planned},
     docstore::DocStore,
     error::{GatewayError, Result},
@@ -234,7 +234,7 @@ impl Pipeline {
     pub(crate) async fn generate(
         &self,
         req: GenerateRequest,
-    ) -> Result<(Routed, Option<GenerateResponse>, tonic::Streaming<GenerateResponse>)> {
+    ) -> Result<(Routed, Option<GenerateResponse>, BackendStream<GenerateResponse>)> {
         self.pool
             .stream(Role::Generator, |ch| {
                 let req = req.clone();

@@ -16,7 +16,10 @@
 //! closed with `UNAVAILABLE`, naming the role and the last reason.
 
 pub mod routes;
+mod stream;
 mod verify;
+
+pub use stream::{BackendStream, StreamError};
 
 use std::{
     collections::HashMap,
@@ -314,9 +317,10 @@ struct Inner {
 /// busy (one pass running, one queued) without queueing work behind it that could time out.
 pub const DEFAULT_UNARY_IN_FLIGHT: usize = 2;
 
-/// How long one backend call, or a stream's first message, may take by default. Far above
-/// a loaded service's worst answer (its own batch queue gives up after 30 s), so only a
-/// backend that stopped (SIGSTOP, a hung host, a dropped link that never resets) reaches it.
+/// How long one backend call, a stream's first message or any next one, may take by
+/// default. Far above a loaded service's worst answer (its own batch queue gives up after
+/// 30 s), so only a backend that stopped (SIGSTOP, a hung host, a dropped link that never
+/// resets) reaches it.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The backends of every role. Cheap to clone.
@@ -357,9 +361,9 @@ impl Pool {
         self.inner.unary_in_flight.store(n.max(1), Ordering::Relaxed);
     }
 
-    /// How long one backend call (or a stream's first message) may take; past it the call
-    /// fails with `DEADLINE_EXCEEDED` naming the backend, which leaves the rotation until its
-    /// verifier passes again. At least 1 ms.
+    /// How long one backend call, a stream's first message or any next one, may take; past
+    /// it the call fails with `DEADLINE_EXCEEDED` naming the backend, which leaves the
+    /// rotation until its verifier passes again. At least 1 ms.
     pub fn set_call_timeout(&self, t: Duration) {
         self.inner.call_timeout_ms.store((t.as_millis() as u64).max(1), Ordering::Relaxed);
     }
@@ -552,9 +556,9 @@ impl Pool {
     }
 
     /// Opens a server stream on a verified backend of `role`. Fails over like [`Self::unary`]
-    /// until the stream has produced its first message; after that a broken stream is the
-    /// caller's to report (see [`Routed::broken`]).
-    pub async fn stream<T, F, Fut>(&self, role: Role, open: F) -> Result<(Routed, Option<T>, tonic::Streaming<T>)>
+    /// until the stream has produced its first message; after that a broken or stalled
+    /// stream is the caller's to report (see [`Routed::broken`]).
+    pub async fn stream<T, F, Fut>(&self, role: Role, open: F) -> Result<(Routed, Option<T>, BackendStream<T>)>
     where
         F: Fn(Channel) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Streaming<T>, Status>>,
@@ -576,7 +580,9 @@ impl Pool {
                 return Err(backend.timed_out(after));
             };
             match opened {
-                Ok((first, stream)) => return Ok((Routed { backend, _load: load }, first, stream)),
+                Ok((first, stream)) => {
+                    return Ok((Routed { backend, _load: load }, first, BackendStream::new(stream, after)));
+                }
                 Err(status) if is_backend_failure(&status) => {
                     backend.fail("request_failed", format!("request failed: {}", status.message()));
                     tried.push(Arc::as_ptr(&backend) as usize);
@@ -596,10 +602,17 @@ pub struct Routed {
 }
 
 impl Routed {
-    /// The error for a stream that failed after it had started; drops the backend if the
-    /// failure was the backend's.
-    pub fn broken(&self, status: Status) -> GatewayError {
+    /// The error for a stream that failed or stalled after it had started; drops the
+    /// backend if the failure was the backend's.
+    pub fn broken(&self, e: StreamError) -> GatewayError {
         let spec = &self.backend.spec;
+        let status = match e {
+            StreamError::Status(status) => status,
+            StreamError::Stalled(after) => {
+                self.backend.fail("timeout", format!("timeout: a started stream sent nothing for {after:?}"));
+                return GatewayError::Stalled { role: spec.role, endpoint: spec.endpoint.clone(), after };
+            }
+        };
         if is_backend_failure(&status) {
             self.backend.fail("stream_broke", format!("stream broke: {}", status.message()));
             GatewayError::BrokenStream {
