@@ -7,7 +7,11 @@
 //!
 //! A permit lives as long as its request: a streamed answer holds it until its last event
 //! is sent (or its client goes away). Over HTTP the request's body is read first, within
-//! [`Admission::body_timeout`], so a client that sends slowly holds no place.
+//! [`Admission::body_timeout`], so a client that sends slowly holds no place. A gRPC
+//! `Ingest` stream holds its place while its documents keep coming; one that waits on its
+//! client longer than [`Admission::stream_hold`] gives the place back and takes one again
+//! when the next document arrives (refused at once if the gateway is full by then), and one
+//! whose client sends nothing for [`Admission::message_timeout`] ends.
 
 use std::{sync::Arc, time::Duration};
 
@@ -23,12 +27,22 @@ pub const RETRY_AFTER_SECONDS: u64 = 1;
 /// How long an HTTP client may take to send a model request's body (16 MiB at most).
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a client stream (gRPC `Ingest`) keeps its place while the gateway waits for its
+/// next message: a client that streams its documents back to back never waits this long.
+pub const DEFAULT_STREAM_HOLD: Duration = Duration::from_secs(1);
+
+/// How long a client stream may go without sending its next message, as long as an HTTP
+/// body may take to arrive.
+pub const DEFAULT_MESSAGE_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
+
 /// The gateway's admission limit. Cheap to clone; both front doors share one.
 #[derive(Clone, Debug)]
 pub struct Admission {
     permits: Arc<Semaphore>,
     limit: usize,
     body_timeout: Duration,
+    stream_hold: Duration,
+    message_timeout: Duration,
 }
 
 /// Admitted: the request counts against the limit while this lives.
@@ -61,7 +75,13 @@ impl Admission {
     /// At most `limit` requests at once (at least 1).
     pub fn new(limit: usize) -> Self {
         let limit = limit.max(1);
-        Admission { permits: Arc::new(Semaphore::new(limit)), limit, body_timeout: DEFAULT_BODY_TIMEOUT }
+        Admission {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            stream_hold: DEFAULT_STREAM_HOLD,
+            message_timeout: DEFAULT_MESSAGE_TIMEOUT,
+        }
     }
 
     /// How long an HTTP client may take to send its request's body; then 408.
@@ -72,6 +92,22 @@ impl Admission {
 
     pub fn body_timeout(&self) -> Duration {
         self.body_timeout
+    }
+
+    /// How long a client stream keeps its place while waiting for its next message, and how
+    /// long it may wait in all before it ends (`hold` at most `message`).
+    pub fn with_stream_timeouts(mut self, hold: Duration, message: Duration) -> Self {
+        self.stream_hold = hold.min(message);
+        self.message_timeout = message;
+        self
+    }
+
+    pub fn stream_hold(&self) -> Duration {
+        self.stream_hold
+    }
+
+    pub fn message_timeout(&self) -> Duration {
+        self.message_timeout
     }
 
     /// Admits a request now, or refuses it now: never waits.

@@ -43,6 +43,32 @@ impl RagService {
         })
     }
 
+    /// An ingest stream's next document (`None` at its end). Waiting on the client keeps the
+    /// stream's place for [`Admission::stream_hold`] only: then the place is given back, and
+    /// taken again when the document arrives (refused at once if the gateway is full by
+    /// then). A client that sends nothing for [`Admission::message_timeout`] ends the call
+    /// with `DEADLINE_EXCEEDED`.
+    async fn next_document(
+        &self,
+        docs: &mut Streaming<Document>,
+        admitted: &mut Option<Admitted>,
+        t: Instant,
+    ) -> Result<Option<Document>, Status> {
+        let (hold, limit) = (self.admission.stream_hold(), self.admission.message_timeout());
+        let mut next = std::pin::pin!(docs.message());
+        if let Ok(doc) = tokio::time::timeout(hold, next.as_mut()).await {
+            return doc;
+        }
+        admitted.take();
+        let doc = tokio::time::timeout(limit.saturating_sub(hold), next)
+            .await
+            .map_err(|_| Status::from(GatewayError::ClientTimeout { what: "next document", after: limit }))??;
+        if doc.is_some() {
+            *admitted = Some(self.admit("Ingest", t).map_err(|f| f.status())?);
+        }
+        Ok(doc)
+    }
+
     pub fn into_server(self) -> rag_server::RagServer<Self> {
         let max = self.max_request_bytes;
         rag_server::RagServer::new(self).max_decoding_message_size(max).max_encoding_message_size(64 << 20)
@@ -87,21 +113,31 @@ fn to_response(e: Result<QueryEvent, GatewayError>) -> Result<QueryResponse, Sta
 impl rag_server::Rag for RagService {
     async fn ingest(&self, request: Request<Streaming<Document>>) -> Result<Response<IngestSummary>, Status> {
         let t = Instant::now();
-        let _admitted = self.admit("Ingest", t).map_err(|f| f.status())?;
+        let mut admitted = Some(self.admit("Ingest", t).map_err(|f| f.status())?);
         let mut docs = request.into_inner();
         let mut ingest = self.pipeline.ingest();
         let result: Result<IngestSummary, Status> = async {
-            let stored_so_far =
-                |i: &crate::pipeline::Ingest| format!("{} documents were stored before this", i.documents);
-            while let Some(doc) = docs.message().await? {
+            let stored_so_far = |s: Status, i: &crate::pipeline::Ingest| {
+                let mut out = Status::new(s.code(), format!("{}; {} documents were stored before this", s.message(), i.documents));
+                *out.metadata_mut() = s.metadata().clone();
+                out
+            };
+            loop {
+                let doc = match self.next_document(&mut docs, &mut admitted, t).await {
+                    Ok(Some(doc)) => doc,
+                    Ok(None) => break,
+                    Err(s) => return Err(stored_so_far(s, &ingest)),
+                };
                 if let Err(e) = ingest.add(doc.into()).await {
-                    let s: Status = e.into();
-                    return Err(Status::new(s.code(), format!("{}; {}", s.message(), stored_so_far(&ingest))));
+                    return Err(stored_so_far(e.into(), &ingest));
                 }
             }
+            if admitted.is_none() {
+                // The stream ended after a wait: the last batch is work, and takes a place.
+                admitted = Some(self.admit("Ingest", t).map_err(|f| stored_so_far(f.status(), &ingest))?);
+            }
             if let Err(e) = ingest.flush().await {
-                let s: Status = e.into();
-                return Err(Status::new(s.code(), format!("{}; {}", s.message(), stored_so_far(&ingest))));
+                return Err(stored_so_far(e.into(), &ingest));
             }
             Ok(IngestSummary {
                 documents: ingest.documents,
@@ -110,6 +146,7 @@ impl rag_server::Rag for RagService {
             })
         }
         .await;
+        drop(admitted);
         self.observe("Ingest", t, &result);
         result.map(Response::new)
     }

@@ -218,11 +218,7 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
         let access = http::Access::new(&cfg.http_access, local(&l)?)?;
         let app = http::router_with(pipeline.clone(), metrics.clone(), access, admission);
         let stop = shutdown.clone();
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {
-                tracing::error!(error = %e, "HTTP server stopped");
-            }
-        });
+        tokio::spawn(http::serve(l, app, http::HEADER_READ_TIMEOUT, stop));
     }
     println!("{line}");
     let opts = ServeOptions { listener, transport, metrics_listener, metrics };

@@ -32,6 +32,9 @@ use support::{Reply, exchange, minilm};
 #[path = "http_access/hostile_json.rs"]
 mod hostile_json;
 
+/// The test gateways' header read timeout (10 s in the gateway).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A gateway's HTTP port with the keys of `keys` in its keys file, `cfg` for the rest.
 struct Gateway {
     addr: SocketAddr,
@@ -67,7 +70,7 @@ async fn gateway_with(cfg: AccessConfig, keys: &[&ApiKey], admission: Admission)
     let cfg = AccessConfig { api_keys_file: Some(keys_file.clone()), ..cfg };
     let access = Access::new(&cfg, addr).unwrap();
     let app = gateway::http::router_with(pipeline.clone(), server::Metrics::new("gateway"), access, admission);
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(gateway::http::serve(listener, app, HEADER_TIMEOUT, std::future::pending()));
     Gateway { addr, keys_file, pipeline, _dir: dir }
 }
 
@@ -375,4 +378,141 @@ async fn beyond_the_admission_limit_model_requests_are_refused_at_once() {
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
     assert!(reply.contains("request_timeout"), "{reply}");
     assert!(t.elapsed() < Duration::from_secs(3), "the 408 came after {:?}", t.elapsed());
+}
+
+/// Waits for the server to close the connection `r` reads from; how long that took. Fails
+/// when it is still open after `bound`.
+async fn closed_within(r: &mut (impl tokio::io::AsyncRead + Unpin), bound: Duration, what: &str) -> Duration {
+    use tokio::io::AsyncReadExt;
+    let t = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(bound.saturating_sub(t.elapsed()), r.read(&mut buf)).await {
+            Err(_) => panic!("{what}: the connection was still open {bound:?} later"),
+            Ok(Ok(0) | Err(_)) => return t.elapsed(),
+            Ok(Ok(_)) => {} // a 408 or the like before the close
+        }
+    }
+}
+
+/// Every connection must send a request's head within the header timeout: a client that
+/// sends nothing, one that trickles its headers a byte every 100 ms without ever ending
+/// them (slowloris), and a keep-alive connection left idle after its answer each lose the
+/// connection when the timeout passes; requests on other connections are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_or_idle_connection_is_closed_after_the_header_timeout() {
+    use tokio::{io::AsyncWriteExt, net::TcpStream};
+    let key = ApiKey::generate();
+    let gw = gateway(AccessConfig::default(), &[&key]).await;
+    let a = gw.addr;
+    let bound = HEADER_TIMEOUT + Duration::from_secs(3);
+
+    let mut silent = TcpStream::connect(a).await.unwrap();
+    let (mut slow_r, mut slow_w) = TcpStream::connect(a).await.unwrap().into_split();
+    let trickle = tokio::spawn(async move {
+        let head = format!("GET /v1/models HTTP/1.1\r\nHost: {a}\r\n");
+        let endless = head.into_bytes().into_iter().chain(b"X-Slow: 1\r\n".iter().copied().cycle());
+        for b in endless {
+            if slow_w.write_all(&[b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    // Others are served meanwhile.
+    assert_eq!(req(a, "GET", "/v1/models").key(&key).send().await.status, 200);
+    let took = closed_within(&mut silent, bound, "a client that sent nothing").await;
+    assert!(took >= HEADER_TIMEOUT - Duration::from_millis(500), "closed after {took:?}, before its timeout");
+    closed_within(&mut slow_r, bound, "a client trickling its headers").await;
+    trickle.abort();
+
+    // A kept-alive connection: answered, then closed once idle for the timeout.
+    let mut idle = TcpStream::connect(a).await.unwrap();
+    let request = format!("GET /v1/models HTTP/1.1\r\nHost: {a}\r\nAuthorization: Bearer {}\r\n\r\n", key.expose());
+    idle.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    let complete = |r: &[u8]| {
+        let text = String::from_utf8_lossy(r);
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let length: usize = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:")?.trim().parse().ok())?;
+        (body.len() >= length).then_some(())
+    };
+    while complete(&reply).is_none() {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(bound, tokio::io::AsyncReadExt::read(&mut idle, &mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "closed before its answer: {}", String::from_utf8_lossy(&reply));
+        reply.extend_from_slice(&buf[..n]);
+    }
+    assert!(reply.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&reply));
+    closed_within(&mut idle, bound, "an idle keep-alive connection").await;
+    assert_eq!(req(a, "GET", "/v1/models").key(&key).send().await.status, 200);
+}
+
+/// A gRPC ingest stream holds its admission place only while its documents keep coming: a
+/// client that pauses past the stream hold gives the place back, a document it sends while
+/// the gateway is full is refused at once (`RESOURCE_EXHAUSTED`, `retry-after`, how many
+/// documents were stored), and a client that sends nothing for the message timeout is
+/// answered `DEADLINE_EXCEEDED` saying so, instead of holding the call open for as long as
+/// it likes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_ingest_stream_gives_its_place_back_and_a_silent_one_ends() {
+    use api::v1::{Document, rag_client::RagClient};
+    use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+    let (hold, limit) = (Duration::from_millis(300), Duration::from_secs(2));
+    let admission = Admission::new(1).with_stream_timeouts(hold, limit);
+    let gw = gateway_with(AccessConfig::default(), &[&ApiKey::generate()], admission.clone()).await;
+    let rag = gateway::grpc::RagService::new(gw.pipeline.clone(), server::Metrics::new("gateway"))
+        .with_admission(admission.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let grpc = tonic::transport::Server::builder().add_service(rag.into_server());
+    tokio::spawn(grpc.serve_with_incoming(TcpListenerStream::new(listener)));
+    let client = RagClient::connect(format!("http://{addr}")).await.unwrap();
+    let doc = |id: &str| Document { id: id.into(), text: "Some text.".into(), ..Default::default() };
+    let open = |docs: tokio::sync::mpsc::Receiver<Document>| {
+        let mut client = client.clone();
+        tokio::spawn(async move { client.ingest(ReceiverStream::new(docs)).await })
+    };
+    // Waits until the stream holds its place, then until it gives it back.
+    let held_then_freed = |d: Duration| {
+        let admission = admission.clone();
+        async move {
+            let t = Instant::now();
+            while admission.in_flight() == 0 && t.elapsed() < d {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(admission.in_flight(), 1, "the stream was not admitted");
+            while admission.in_flight() > 0 && t.elapsed() < d {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            admission.in_flight() == 0
+        }
+    };
+
+    // A pause: the place is given back; a document sent while the gateway is full is refused.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let call = open(rx);
+    tx.send(doc("a")).await.unwrap();
+    assert!(held_then_freed(hold + Duration::from_secs(2)).await, "a stream waiting on its client kept its place");
+    let held = admission.try_admit().expect("the place the stream gave back");
+    tx.send(doc("b")).await.unwrap();
+    let refused = tokio::time::timeout(limit, call).await.expect("refused at once").unwrap().unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(refused.metadata().get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+    assert!(refused.message().contains("0 documents were stored before this"), "{}", refused.message());
+    drop(held);
+
+    // Silence: the call ends after the message timeout, and holds no place meanwhile.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let t = Instant::now();
+    let call = open(rx);
+    tx.send(doc("c")).await.unwrap();
+    assert!(held_then_freed(hold + Duration::from_secs(2)).await, "a silent stream kept its place");
+    let ended = tokio::time::timeout(limit + Duration::from_secs(5), call).await.expect("a silent stream was kept open");
+    let ended = ended.unwrap().unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::DeadlineExceeded, "{ended:?}");
+    assert!(ended.message().contains("the client sent no next document within 2s"), "{}", ended.message());
+    assert!(t.elapsed() >= limit, "ended after {:?}", t.elapsed());
+    drop(tx);
+    assert_eq!(admission.in_flight(), 0);
 }

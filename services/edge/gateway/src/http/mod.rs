@@ -63,9 +63,11 @@ mod embeddings;
 pub mod keys;
 mod ratelimit;
 mod rerank;
+mod serve;
 pub mod trust;
 
 pub use access::{Access, AccessConfig};
+pub use serve::{HEADER_READ_TIMEOUT, serve};
 
 use chat::chat;
 use embeddings::embeddings;
