@@ -5,8 +5,11 @@
 //! Layout under `out/<model>/<condition>/`, for each phase (`prefill`, `decode`) and site
 //! (`l0`, `deep`, `l0_down`, `lm_head`):
 //!
-//! * `<phase>.<site>.U.npy`  `f32 [rows seen by the engine, d]`
+//! * `<phase>.<site>.U.npy`  `f32 [rows seen by the engine, d]`; under `dual-lpn`, `u32`:
+//!   the words of the ring operand exactly as sent
 //! * `<phase>.<site>.H.npy`  `f32 [activation rows, d]` (ground truth)
+//! * `<phase>.<site>.Hq.npy` `i8 [activation rows, d]` (`dual-lpn` only, ground truth): the
+//!   int8 rows the words mask, quantized as the executor quantizes them
 //! * `<phase>.<site>.blocks.npy` `i64 [sequence blocks, 7]`: prompt, pass, first `U` row,
 //!   `U` rows (`s`), first `H` row, `H` rows (`n`), position of the first row
 //! * `<phase>.<site>.tokens.npy` `i32 [activation rows]`: the token of each `H` row (for
@@ -27,7 +30,7 @@ use std::{
 use anyhow::{Context, Result, bail, ensure};
 use kernels::{
     CpuEngine,
-    capture::{Captured, CapturingEngine, OpKind},
+    capture::{Captured, CapturingEngine, OpKind, Words},
 };
 use models::{
     LoadOptions, TextGenerator,
@@ -35,10 +38,10 @@ use models::{
     tensors::Tensors,
     tokenizer::TextTokenizer,
 };
-use protocol::{Engine, EngineError, EngineInfo, Masked, Registered};
+use protocol::{Engine, EngineError, EngineInfo, Masked, Registered, RingMasked};
 use serde::Serialize;
 use serde_json::json;
-use tensor::{Matrix, Weight, WeightId};
+use tensor::{Matrix, Weight, WeightId, ring::RingWeight};
 
 use crate::{
     Condition, npy,
@@ -126,10 +129,59 @@ struct SeqInfo {
     pos0: usize,
 }
 
+/// An operand as the engine received it.
+#[derive(Clone, Copy)]
+enum Seen<'a> {
+    Real(&'a Matrix),
+    Ring(&'a Words),
+}
+
+impl Seen<'_> {
+    fn rows(&self) -> usize {
+        match self {
+            Seen::Real(m) => m.rows(),
+            Seen::Ring(w) => w.rows,
+        }
+    }
+
+    fn cols(&self) -> usize {
+        match self {
+            Seen::Real(m) => m.cols(),
+            Seen::Ring(w) => w.cols,
+        }
+    }
+}
+
+/// The ring operand of a call the model made (`ids`, `rows` activation rows), skipping the
+/// public code `H` the executor sends to have its tables `H·W_q` computed: one weight, `N =
+/// 4·d` rows (`protocol`'s dual-LPN `CODE_FACTOR`), at provisioning and at every redraw.
+fn ring_operand<'a>(
+    ops: &mut impl Iterator<Item = &'a Captured>,
+    ids: &[WeightId],
+    rows: usize,
+    codes: &mut usize,
+) -> Result<&'a Captured> {
+    for c in ops {
+        let (OpKind::Ring(got), Some(w)) = (&c.op, &c.words) else { continue };
+        if got == ids && w.rows == rows {
+            return Ok(c);
+        }
+        ensure!(
+            got.len() == 1 && w.rows == 4 * w.cols,
+            "engine call {} is for {got:?}, the model asked for {ids:?}",
+            c.call
+        );
+        *codes += 1;
+    }
+    bail!("no ring operand for {ids:?} ({rows} rows)")
+}
+
 #[derive(Default)]
 struct Buffer {
     d: usize,
     u: Vec<f32>,
+    words: Vec<u32>,
+    hq: Vec<i8>,
     h: Vec<f32>,
     blocks: Vec<i64>,
     tokens: Vec<i32>,
@@ -142,13 +194,13 @@ impl Buffer {
         &mut self,
         cond: Condition,
         pass: usize,
-        u: &Matrix,
+        u: Seen<'_>,
         h: &Matrix,
         blocks: &[usize],
         seqs: &[SeqInfo],
     ) -> Result<()> {
         ensure!(blocks.len() == seqs.len(), "pass has {} blocks, driver described {}", blocks.len(), seqs.len());
-        ensure!(u.cols() == h.cols(), "operand is {:?}, input {:?}", u.shape(), h.shape());
+        ensure!(u.cols() == h.cols(), "operand is {}×{}, input {:?}", u.rows(), u.cols(), h.shape());
         if self.d == 0 {
             self.d = u.cols();
         }
@@ -182,7 +234,13 @@ impl Buffer {
             u0 += s;
             h0 += n;
         }
-        self.u.extend_from_slice(u.as_slice());
+        match u {
+            Seen::Real(m) => self.u.extend_from_slice(m.as_slice()),
+            Seen::Ring(w) => {
+                self.words.extend_from_slice(&w.data);
+                self.hq.extend(tensor::ring::quantize_rows(h).0);
+            }
+        }
         self.h.extend_from_slice(h.as_slice());
         self.u_rows = u0;
         self.h_rows = h0;
@@ -191,7 +249,12 @@ impl Buffer {
 
     fn write(&self, dir: &Path, stem: &str) -> Result<()> {
         let p = |suffix: &str| dir.join(format!("{stem}.{suffix}.npy"));
-        npy::write(&p("U"), &[self.u_rows, self.d], &self.u)?;
+        if self.words.is_empty() {
+            npy::write(&p("U"), &[self.u_rows, self.d], &self.u)?;
+        } else {
+            npy::write(&p("U"), &[self.u_rows, self.d], &self.words)?;
+            npy::write(&p("Hq"), &[self.h_rows, self.d], &self.hq)?;
+        }
         npy::write(&p("H"), &[self.h_rows, self.d], &self.h)?;
         npy::write(&p("blocks"), &[self.blocks.len() / 7, 7], &self.blocks)?;
         npy::write(&p("tokens"), &[self.tokens.len()], &self.tokens)?;
@@ -294,6 +357,13 @@ impl Engine for Watched {
     fn softmax_rows(&self, x: &Masked, scale: f32) -> Result<Matrix, EngineError> {
         self.inner.softmax_rows(x, scale)
     }
+    fn register_ring(&self, id: WeightId, weight: Arc<RingWeight>) -> Result<(), EngineError> {
+        self.registered.fetch_add(1, Ordering::SeqCst);
+        self.inner.register_ring(id, weight)
+    }
+    fn ring_matmul_many(&self, x: &RingMasked, ids: &[WeightId]) -> Result<Vec<Vec<u32>>, EngineError> {
+        self.inner.ring_matmul_many(x, ids)
+    }
 }
 
 /// What the engine received over a run, against what the model computed.
@@ -305,6 +375,9 @@ struct Exposure {
     model_linear_calls: usize,
     /// Activation rows of those calls.
     model_linear_rows: usize,
+    /// `dual-lpn`: operands that were the public code `H` (its tables recomputed at a redraw),
+    /// not activations.
+    code_operands: usize,
 }
 
 impl Exposure {
@@ -337,19 +410,45 @@ impl Run<'_> {
             self.passes += 1;
             return Ok(());
         }
-        let seen: Vec<_> = seen.into_iter().filter(|c| matches!(c.op, OpKind::Linear(_))).collect();
-        ensure!(seen.len() == truth.len(), "engine got {} linear calls, the model made {}", seen.len(), truth.len());
         let pass = self.passes;
         self.passes += 1;
-        for (c, t) in seen.iter().zip(truth) {
-            let OpKind::Linear(ids) = &c.op else { unreachable!() };
-            ensure!(*ids == t.ids, "engine call {} is for {ids:?}, the model asked for {:?}", c.call, t.ids);
-            let (Some(site), Some(h)) = (Site::of(ids, self.deep), t.input) else { continue };
+        let pairs: Vec<(Seen<'_>, Truth)> = if self.cond.ring() {
+            let mut ops = seen.iter();
+            let mut codes = 0;
+            let pairs = truth
+                .into_iter()
+                .map(|t| {
+                    let c = ring_operand(&mut ops, &t.ids, t.blocks.iter().sum(), &mut codes)?;
+                    Ok((Seen::Ring(c.words.as_ref().expect("a ring operand has words")), t))
+                })
+                .collect::<Result<_>>()?;
+            ensure!(ops.all(|c| !matches!(c.op, OpKind::Ring(_))), "ring operands the model did not ask for");
+            self.exposure.code_operands += codes;
+            pairs
+        } else {
+            let seen: Vec<_> = seen.iter().filter(|c| matches!(c.op, OpKind::Linear(_))).collect();
+            ensure!(
+                seen.len() == truth.len(),
+                "engine got {} linear calls, the model made {}",
+                seen.len(),
+                truth.len()
+            );
+            seen.into_iter()
+                .zip(truth)
+                .map(|(c, t)| {
+                    let OpKind::Linear(ids) = &c.op else { unreachable!() };
+                    ensure!(*ids == t.ids, "engine call {} is for {ids:?}, the model asked for {:?}", c.call, t.ids);
+                    Ok((Seen::Real(&c.operand), t))
+                })
+                .collect::<Result<_>>()?
+        };
+        for (u, t) in pairs {
+            let (Some(site), Some(h)) = (Site::of(&t.ids, self.deep), t.input) else { continue };
             if site == Site::L0Down && !keep_down {
                 continue;
             }
             let buf = self.buffers.entry((phase.to_string(), site)).or_default();
-            buf.append(self.cond, pass, &c.operand, &h, &t.blocks, seqs)?;
+            buf.append(self.cond, pass, u, &h, &t.blocks, seqs)?;
         }
         Ok(())
     }
@@ -566,6 +665,7 @@ pub fn capture(opts: &Options, cond: Condition, prompts: &[Prompt]) -> Result<Pa
     let cfg = cond.config();
     let meta = json!({
         "condition": cond.name(),
+        "ring": cond.ring(),
         "mask": cfg.map(|c| c.mask),
         "shield": cfg.map(|c| c.shield),
         "model": opts.name,

@@ -28,10 +28,14 @@ pub enum Condition {
     /// C2s: C2 with shared decode-step masks (opt-in): a decode step's B rows, one per
     /// sequence, under one Haar mask and 8 shield rows. Prefill is C2's.
     SharedDecode,
+    /// LPN: the `dual-lpn` protection (opt-in), exactly the executor `--protection dual-lpn`
+    /// builds: every linear an int8 product over `Z_{2^32}`, each input row sent as
+    /// `x_q + e·H mod 2^32` (one row of words per activation row, no shield rows).
+    DualLpn,
 }
 
 impl Condition {
-    pub const ALL: [Condition; 7] = [
+    pub const ALL: [Condition; 8] = [
         Condition::Production,
         Condition::Plain,
         Condition::MaskOnly,
@@ -39,6 +43,7 @@ impl Condition {
         Condition::Hd3,
         Condition::Hd3Blocked,
         Condition::SharedDecode,
+        Condition::DualLpn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +55,7 @@ impl Condition {
             Condition::Hd3 => "c3",
             Condition::Hd3Blocked => "c3b",
             Condition::SharedDecode => "c2s",
+            Condition::DualLpn => "dual-lpn",
         }
     }
 
@@ -57,13 +63,18 @@ impl Condition {
         Condition::ALL.into_iter().find(|c| c.name() == s.trim().to_ascii_lowercase())
     }
 
-    /// The masked executor's settings; `None` for the plaintext control.
+    /// Whether the engine receives ring operands (words over `Z_{2^32}`) rather than f32.
+    pub fn ring(self) -> bool {
+        self == Condition::DualLpn || (self == Condition::Production && Protection::default() == Protection::DualLpn)
+    }
+
+    /// The masked executor's settings; `None` for the plaintext control and `dual-lpn`.
     pub fn config(self) -> Option<MaskedConfig> {
         let (mask, shield) = match self {
             Condition::Production => {
                 return (Protection::default() == Protection::Masked).then(MaskedConfig::default);
             }
-            Condition::Plain => return None,
+            Condition::Plain | Condition::DualLpn => return None,
             Condition::MaskOnly => (MaskKind::Haar, ShieldConfig::off()),
             Condition::Default | Condition::SharedDecode => (MaskKind::Haar, ShieldConfig::default()),
             Condition::Hd3 => (MaskKind::Hd3, ShieldConfig::default()),
@@ -96,8 +107,10 @@ impl Condition {
 
     /// The executor model code runs on under this condition.
     pub fn executor(self, engine: Arc<dyn Engine>) -> anyhow::Result<Arc<dyn Executor>> {
-        if self == Condition::Production {
-            return Ok(Protection::default().executor(engine, MaskedConfig::default())?);
+        match self {
+            Condition::Production => return Ok(Protection::default().executor(engine, MaskedConfig::default())?),
+            Condition::DualLpn => return Ok(Protection::DualLpn.executor(engine, MaskedConfig::default())?),
+            _ => {}
         }
         Ok(match self.config() {
             None => Arc::new(PlaintextExecutor::new(engine)),

@@ -30,7 +30,7 @@ enum Cmd {
         out: PathBuf,
         /// Conditions: prod (the production default protection), c0 (plaintext), c1 (mask, no
         /// shield), c2 (the masked scheme's default), c3 (HD₃), c3b (blocked HD₃), c2s (c2 with
-        /// shared decode-step masks).
+        /// shared decode-step masks), dual-lpn (the `dual-lpn` protection: ring operands).
         #[arg(long, default_value = "c0,c1,c2,c3", value_delimiter = ',')]
         conditions: Vec<String>,
         #[arg(long, default_value_t = 32)]

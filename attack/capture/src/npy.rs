@@ -30,6 +30,22 @@ impl Element for i32 {
     }
 }
 
+/// The words of a ring operand, exactly (`np.uint32`).
+impl Element for u32 {
+    const DESCR: &'static str = "<u4";
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
+/// The int8 rows a ring operand masks.
+impl Element for i8 {
+    const DESCR: &'static str = "|i1";
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
 /// The header of a C-ordered array of `shape`, padded so the data starts on a 64-byte
 /// boundary as the format asks.
 fn header<T: Element>(shape: &[usize]) -> Vec<u8> {
@@ -81,6 +97,24 @@ mod tests {
             assert_eq!(10 + len, h.len());
         }
         assert!(String::from_utf8_lossy(&header::<i64>(&[7])).contains("'shape': (7,)"));
+        assert!(String::from_utf8_lossy(&header::<u32>(&[2, 3])).contains("'descr': '<u4'"));
+        assert!(String::from_utf8_lossy(&header::<i8>(&[2, 3])).contains("'descr': '|i1'"));
+    }
+
+    #[test]
+    fn words_and_int8_are_written_exactly() {
+        let dir = std::env::temp_dir().join(format!("gelo-npy-words-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let words = [0u32, 1, 0x8000_0001, u32::MAX];
+        write(&dir.join("w.npy"), &[2, 2], &words).unwrap();
+        let bytes = std::fs::read(dir.join("w.npy")).unwrap();
+        let h = header::<u32>(&[2, 2]).len();
+        let back: Vec<u32> = bytes[h..].chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(back, words);
+        write(&dir.join("q.npy"), &[3], &[-127i8, 0, 127]).unwrap();
+        let bytes = std::fs::read(dir.join("q.npy")).unwrap();
+        assert_eq!(&bytes[header::<i8>(&[3]).len()..], &[0x81, 0, 0x7f]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
