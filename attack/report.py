@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE))
 
 import attacks as A  # noqa: E402
 import corpus  # noqa: E402
+import ring as R  # noqa: E402
 from data import Public, Site  # noqa: E402
 
 MODELS = {
@@ -40,7 +41,7 @@ COLUMNS = [("Prod", "prefill", PROD), ("Prod·dec", "decode", PROD), ("Prod·hea
            ("C0", "prefill", "c0"), ("C1", "prefill", "c1"), ("C2", "prefill", "c2"), ("C3", "prefill", "c3"),
            ("C3b", "prefill", "c3b"), ("C4·C0", "decode", "c0"), ("C4·C1", "decode", "c1"), ("C4", "decode", "c2"),
            ("C4·C3", "decode", "c3"), ("C4s", "decode", "c2s"), ("C5·C0", "lm_head", "c0"), ("C5·C1", "lm_head", "c1"),
-           ("C5", "lm_head", "c2"), ("C5·C3", "lm_head", "c3"), ("C5s", "lm_head", "c2s")]
+           ("C5", "lm_head", "c2"), ("C5·C3", "lm_head", "c3"), ("C5s", "lm_head", "c2s")] + R.COLUMNS
 PROD_LABELS = ["Prod", "Prod·dec", "Prod·head"]
 # Shared decode-step masks (opt-in, `--decode-masks shared`): a decoder's decode steps under
 # one mask for all sequences of the step.
@@ -51,7 +52,7 @@ TOKEN_ATTACKS = ("NN", "IMA", "ISA", "LM-head argmax")
 # (shield rows, energy) of each condition: the attacker knows the scheme. `prod` is read only
 # if the production default ever hands the engine operands (then it is the masked default).
 SHIELD = {"c0": (0, 0.0), "c1": (0, 0.0), "c2": (8, 4.0), "c3": (8, 4.0), "c3b": (8, 4.0), "c2s": (8, 4.0),
-          PROD: (8, 4.0)}
+          PROD: (8, 4.0), R.COND: (0, 0.0), R.CONTROL: (0, 0.0)}
 # What runs on each kind of site; a captured condition whose site is missing scores None
 # for each (a gate that did not run fails).
 L0_ATTACKS = ["NN", "IMA", "FastICA", "JADE", "Gram quadratic form", "Gram top eigenvectors", "Row-space test",
@@ -71,7 +72,7 @@ def order_fn(cond):
 
 
 def conditions(args, name):
-    conds = [PROD] + (PREFILL if args.full and name != "qwen" else ["c0", "c1", "c2", "c3"])
+    conds = [PROD] + (PREFILL if args.full and name != "qwen" else ["c0", "c1", "c2", "c3"]) + [R.COND]
     return conds + ["c2s"] if name in DECODERS else conds
 
 
@@ -111,6 +112,8 @@ def attack_model(args, root, prompts):
     res = {}  # attack -> label -> result
 
     def put(attack, label, fn):
+        if label in R.CONTROL_LABELS and attack not in R.CONTROL_ATTACKS:
+            return
         t = time.time()
         out = fn()
         out["seconds"] = round(time.time() - t, 2)
@@ -146,31 +149,39 @@ def attack_model(args, root, prompts):
             res.setdefault(a, {}).setdefault(label, dict(value=None, note=why))
 
     for label, phase, cond in COLUMNS:
-        if cond not in captured or (phase != "prefill" and root.name not in DECODERS):
+        if R.base(cond) not in captured or (phase != "prefill" and root.name not in DECODERS):
             continue
         if cond == PROD and (exposure(root) or {}).get("engine_operands", 1) == 0:
             continue  # nothing reached the engine: gated on the exposure (gates())
         rows, energy = SHIELD[cond]
         site_phase = "decode" if phase in ("decode", "lm_head") else "prefill"
-        l0 = Site(root, cond, site_phase, "l0")
-        deep = Site(root, cond, site_phase, "deep")
+        l0 = R.open_site(root, cond, site_phase, "l0")
+        deep = R.open_site(root, cond, site_phase, "deep")
+        # A dual-lpn site: the best of its readings for the token attacks, and the same
+        # attack on uniform words beside those whose chance level is not 0 (ring.py).
+        best = lambda attack, site, fn: R.best(fn, site, attack)
+        null = lambda attack, site, fn: R.with_null(fn, site, attack)
         if phase == "lm_head":
-            head = Site(root, cond, "decode", "lm_head")
+            head = R.open_site(root, cond, "decode", "lm_head")
             if not head.ok:
                 missing(label, HEAD_ATTACKS, "no LM-head capture")
                 continue
-            put("LM-head argmax", label, lambda: A.lm_head_attack(pub, head, L["nn"]))
-            put("FastICA", label, lambda: A.bss_attack(pub, head, "fastica", L["ica"]))
+            put("LM-head argmax", label,
+                lambda: best("LM-head argmax", head, lambda s: A.lm_head_attack(pub, s, L["nn"])))
+            put("FastICA", label, lambda: null("FastICA", head, lambda s: A.bss_attack(pub, s, "fastica", L["ica"])))
             put("BSS→argmax", label, lambda: A.lm_head_bss_attack(pub, head, L["bss_dec"], reference))
+            if cond in R.CONDITIONS:
+                put("Uniformity", label, lambda: R.uniformity_attack(head))
             continue
         if not l0.ok:
             missing(label, L0_ATTACKS + (PREFILL_ATTACKS if phase == "prefill" else []), "no layer-0 capture")
             continue
-        put("NN", label, lambda: A.nn_attack(pub, l0, L["nn"]))
-        put("IMA", label, lambda: A.inversion_attack(pub, l0, L["ridge"]))
-        m0, md = moments[site_phase, "l0"], moments[site_phase, "deep"]
+        put("NN", label, lambda: best("NN", l0, lambda s: A.nn_attack(pub, s, L["nn"])))
+        put("IMA", label, lambda: best("IMA", l0, lambda s: A.inversion_attack(pub, s, L["ridge"])))
+        # The plaintext moments are in activation units; a ring operand's are not.
+        m0, md = (None, None) if cond in R.CONDITIONS else (moments[site_phase, "l0"], moments[site_phase, "deep"])
         if deep.ok and probe is not None:
-            put("ISA", label, lambda: A.inversion_attack(pub, deep, L["ridge"]))
+            put("ISA", label, lambda: best("ISA", deep, lambda s: A.inversion_attack(pub, s, L["ridge"])))
             put("Gram quadratic form (deep probe)", label, lambda: A.gram_quadform_attack(
                 pub, deep, rows, energy, L["quad"], table_fn=lambda p0, n: probe, ids=probe_ids,
                 allowed=lambda t: t in probe_vocab, keep=is_test, baseline=md))
@@ -179,22 +190,28 @@ def attack_model(args, root, prompts):
                 allowed=lambda t: t in probe_vocab, keep=is_test, baseline=md))
         else:
             missing(label, DEEP_ATTACKS, "no deep capture")
-        put("FastICA", label, lambda: A.bss_attack(pub, l0, "fastica", L["ica"]))
-        put("JADE", label, lambda: A.bss_attack(pub, l0, "jade", L["jade"]))
+        put("FastICA", label, lambda: null("FastICA", l0, lambda s: A.bss_attack(pub, s, "fastica", L["ica"])))
+        put("JADE", label, lambda: null("JADE", l0, lambda s: A.bss_attack(pub, s, "jade", L["jade"])))
         put("Gram quadratic form", label, lambda: A.gram_quadform_attack(pub, l0, rows, energy, L["quad"],
                                                                           keep=is_test, baseline=m0))
         put("Gram top eigenvectors", label, lambda: A.gram_eigvec_attack(pub, l0, rows, energy, L["quad"],
                                                                          keep=is_test, baseline=m0))
         if phase == "prefill":
-            put("Anchor ICA", label, lambda: A.anchor_attack(pub, l0, L["ica"]))
-            put("Multi-observation", label, lambda: A.multi_observation_attack(pub, l0, groups, rows, energy,
-                                                                                  limit_groups=L["groups"]))
-            put("Repeated content", label, lambda: A.accumulation_attack(pub, l0, groups, rows, energy,
-                                                                          limit_groups=L["accum"], baseline=m0))
+            put("Anchor ICA", label, lambda: null("Anchor ICA", l0, lambda s: A.anchor_attack(pub, s, L["ica"])))
+            put("Multi-observation", label, lambda: null("Multi-observation", l0, lambda s: A.multi_observation_attack(
+                pub, s, groups, rows, energy, limit_groups=L["groups"])))
+            # The masked scheme's P passes are simulated from H under its shield law; a
+            # dual-lpn pass has no such law, so its captured passes are averaged instead.
+            put("Repeated content", label, lambda: R.repeat_attack(pub, l0, groups, L["accum"])
+                if cond in R.CONDITIONS else A.accumulation_attack(pub, l0, groups, rows, energy,
+                                                                   limit_groups=L["accum"], baseline=m0))
             put("Gram (column)", label, lambda: A.gram_attack(pub, l0, L["gram"]))
-            put("Gram identification", label, lambda: A.gram_identify_attack(
-                pub, l0, candidates, texts, rows, energy, order_fn(cond), L["gram"]))
-        put("Row-space test", label, lambda: A.span_attack(pub, l0, L["span"]))
+            put("Gram identification", label, lambda: null("Gram identification", l0, lambda s: A.gram_identify_attack(
+                pub, s, candidates, texts, rows, energy, order_fn(cond), L["gram"])))
+        if cond in R.CONDITIONS:
+            calibrate = cond == R.COND and phase == "prefill"
+            put("Uniformity", label, lambda: R.uniformity_attack(l0, calibrate=calibrate))
+        put("Row-space test", label, lambda: best("Row-space test", l0, lambda s: A.span_attack(pub, s, L["span"])))
         put("BSS→NN", label, lambda: A.bss_nn_attack(pub, l0, L["bss_nn" if phase == "prefill" else "bss_dec"]))
     return res
 
@@ -242,6 +259,7 @@ def table(results, exposures):
             if attack.startswith("Gram identification"):
                 lines.append(f"  {'  chance (length only)':28s}" + "".join(
                     f"{fmt(row.get(l, {}).get('chance')):>8s}" for l in labels))
+            lines.extend(R.subrows(attack, row, labels, fmt))
     return "\n".join(lines)
 
 
@@ -271,7 +289,7 @@ DOCUMENTED = [
 ]
 
 
-def gates(results, calibration, exposures):
+def gates(results, calibration, exposures, lpn_meta):
     """Every attack is a gate, on every model: on the production default (the engine must
     receive nothing, or the attacks run on what it got and must fail), on the plaintext
     controls (the attacks work), and on the opt-in masked scheme (its behaviour as
@@ -382,6 +400,10 @@ def gates(results, calibration, exposures):
         x = v(res, "Multi-observation", "C2", "h_energy_in_intersection")
         gate(f"{model}: masked repeated passes' row spaces meet in span(H), ≥ 0.9 of its energy (documented)",
              x is not None and x >= 0.9, fmt(x))
+
+        # 5. The dual-lpn protection (opt-in): every attack at chance, its controls working.
+        R.exposure_gate(model, lpn_meta.get(model), gate)
+        R.gates(model, res, gate, fmt)
     return out
 
 
@@ -427,7 +449,8 @@ def main():
     exposures = {m: exposure(run / m) for m in args.models}
     t_total = time.time() - t0
     print(table(results, exposures))
-    gate_list = gates(results, calibration, exposures)
+    lpn_meta = {m: R.meta(run / m) for m in args.models}
+    gate_list = gates(results, calibration, exposures, lpn_meta)
     failed = [g for g in gate_list if not g["ok"]]
     print(f"\nGates: {len(gate_list) - len(failed)} passed, {len(failed)} failed")
     for g in gate_list:
