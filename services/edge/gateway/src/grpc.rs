@@ -118,7 +118,10 @@ impl rag_server::Rag for RagService {
         let mut ingest = self.pipeline.ingest();
         let result: Result<IngestSummary, Status> = async {
             let stored_so_far = |s: Status, i: &crate::pipeline::Ingest| {
-                let mut out = Status::new(s.code(), format!("{}; {} documents were stored before this", s.message(), i.documents));
+                let mut out = Status::new(
+                    s.code(),
+                    format!("{}; {} documents were stored before this", s.message(), i.documents),
+                );
                 *out.metadata_mut() = s.metadata().clone();
                 out
             };

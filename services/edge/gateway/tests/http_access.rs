@@ -434,7 +434,8 @@ async fn a_slow_or_idle_connection_is_closed_after_the_header_timeout() {
     let complete = |r: &[u8]| {
         let text = String::from_utf8_lossy(r);
         let (head, body) = text.split_once("\r\n\r\n")?;
-        let length: usize = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:")?.trim().parse().ok())?;
+        let length: usize =
+            head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:")?.trim().parse().ok())?;
         (body.len() >= length).then_some(())
     };
     while complete(&reply).is_none() {
@@ -508,7 +509,8 @@ async fn a_slow_ingest_stream_gives_its_place_back_and_a_silent_one_ends() {
     let call = open(rx);
     tx.send(doc("c")).await.unwrap();
     assert!(held_then_freed(hold + Duration::from_secs(2)).await, "a silent stream kept its place");
-    let ended = tokio::time::timeout(limit + Duration::from_secs(5), call).await.expect("a silent stream was kept open");
+    let ended =
+        tokio::time::timeout(limit + Duration::from_secs(5), call).await.expect("a silent stream was kept open");
     let ended = ended.unwrap().unwrap_err();
     assert_eq!(ended.code(), tonic::Code::DeadlineExceeded, "{ended:?}");
     assert!(ended.message().contains("the client sent no next document within 2s"), "{}", ended.message());

@@ -16,7 +16,9 @@ use api::v1::{
     ChatMessage, FinishReason, GenerateRequest, GenerateResponse, Usage, generator_client::GeneratorClient,
     generator_server,
 };
-use attest::{MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot, issuer::default_mock_measurement};
+use attest::{
+    MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot, issuer::default_mock_measurement,
+};
 use futures::{Stream, StreamExt};
 use gateway::{
     BackendSpec, GatewayError, Pipeline, Pool, Role, Settings, Trust, VerifyTiming,
@@ -170,8 +172,12 @@ async fn a_streamed_chat_answer_from_a_stalled_generator_ends_with_a_timeout_eve
         let key = docstore::sealing_key(&docstore::KeySource::File(dir.path().join("sealing.key"))).unwrap();
         let store = docstore::DocStore::open(&dir.path().join("store"), key).unwrap();
         let chunker = Chunker::load(&minilm(), 200, 40).unwrap();
-        let pipeline =
-            Arc::new(Pipeline { pool, store: Arc::new(store), chunker: Arc::new(chunker), settings: Settings::default() });
+        let pipeline = Arc::new(Pipeline {
+            pool,
+            store: Arc::new(store),
+            chunker: Arc::new(chunker),
+            settings: Settings::default(),
+        });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let access = Access::new(&AccessConfig { unauthenticated: true, ..AccessConfig::default() }, addr).unwrap();
