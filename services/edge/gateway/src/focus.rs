@@ -8,7 +8,8 @@
 //! sentence) even when the fact was in it. The gateway therefore splits each passage into
 //! units (sentences, list items, table rows, code lines; [`units`]), scores every unit
 //! against the question with the embedder (cosine of sentence embeddings, which is what
-//! all-MiniLM-L6-v2 was trained for), and shows each passage as its best unit followed by the
+//! all-MiniLM-L6-v2 was trained for, plus a share for the question's terms the unit has:
+//! `pipeline::answer::add_overlap`), and shows each passage as its best unit followed by the
 //! units after it, with the passages ordered by their best unit ([`excerpts`]). The citation
 //! still names the passage, whose text contains every word shown.
 

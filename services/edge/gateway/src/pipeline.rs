@@ -403,7 +403,8 @@ impl Pipeline {
     /// Each hit's units ([`focus::units`]) with their embeddings and their cosine to the
     /// question's, or `None` when no hit has a unit. Units past [`MAX_FOCUS_UNITS`] are not
     /// embedded: the later passages keep their first units only. A unit that quotes the
-    /// question is left out ([`focus::quotes`]).
+    /// question is left out ([`focus::quotes`]). Each score adds the unit's overlap with the
+    /// question's terms ([`answer::add_overlap`]).
     async fn score_units(&self, question: &str, hits: &[Hit]) -> Result<Option<Vec<Vec<Unit>>>> {
         let mut budget = MAX_FOCUS_UNITS;
         let units: Vec<Vec<String>> = hits
@@ -425,7 +426,7 @@ impl Pipeline {
         let (vectors, _) = self.embed(&texts, true).await?;
         let mut vectors = vectors.into_iter();
         let q = vectors.next().unwrap_or_default();
-        let scored: Vec<Vec<Unit>> = units
+        let mut scored: Vec<Vec<Unit>> = units
             .into_iter()
             .map(|u| {
                 u.into_iter()
@@ -434,6 +435,7 @@ impl Pipeline {
                     .collect()
             })
             .collect();
+        answer::add_overlap(question, &mut scored);
         Ok(Some(scored))
     }
 

@@ -9,6 +9,12 @@
 //! stage holds a sentence back until it adds one ([`super::answer`]). Deliberately lexical:
 //! it needs no model call, and a sentence that adds a single number ("1.37") or a name is an
 //! answer, however close its embedding is to the question's.
+//!
+//! The same words weigh the units the focus chooses from ([`overlap`]): an embedding of a
+//! long sentence is an average of everything it says, so a sentence that names the
+//! question's terms among many others (`… a real control plane on loopback … built by
+//! scripts/k8s/build.sh (k8s.io/kubernetes v1.37.2 …)`) scores below a short neighbour that
+//! shares its topic and none of its terms (`There is no kubelet …`).
 
 /// Function words, and words about answering rather than the subject (space-separated).
 const STOP: &str = "a about according all also an and answer answers any are as at be been being both but by can context \
@@ -71,6 +77,45 @@ pub fn adds(text: &str, question: &str) -> usize {
     added(text, question).len()
 }
 
+/// The terms of `text` for [`overlap`]: [`words`] taken apart at their joiners
+/// (`k8s.io/kubernetes` gives `k8s`, `io` and `kubernetes`), function words left out.
+fn terms(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !is_stop(w))
+        .collect()
+}
+
+/// Whether two terms are forms of one word: equal stems, or one stem a prefix of the other
+/// of at least four characters (`version` and `versions`, `test` and `tests`).
+fn same_term(a: &str, b: &str) -> bool {
+    let (s, t) = (stem(a), stem(b));
+    s == t || (s.len().min(t.len()) >= 4 && (s.starts_with(t) || t.starts_with(s)))
+}
+
+/// For each of `units`, the share of `question`'s terms it has, each term weighted by its
+/// rarity among `units` (`ln(1 + n / (1 + units with it))`: a term most units have tells them
+/// apart by little); in `0..=1`, all `0` for a question without terms.
+pub fn overlap(question: &str, units: &[&str]) -> Vec<f32> {
+    let mut q: Vec<String> = Vec::new();
+    for t in terms(question) {
+        if !q.contains(&t) {
+            q.push(t);
+        }
+    }
+    let units: Vec<Vec<String>> = units.iter().map(|u| terms(u)).collect();
+    let n = units.len() as f32;
+    let has: Vec<Vec<bool>> =
+        q.iter().map(|t| units.iter().map(|u| u.iter().any(|w| same_term(t, w))).collect()).collect();
+    let idf: Vec<f32> = has.iter().map(|h| (1.0 + n / (1.0 + h.iter().filter(|&&b| b).count() as f32)).ln()).collect();
+    let total: f32 = idf.iter().sum();
+    if total == 0.0 {
+        return vec![0.0; units.len()];
+    }
+    (0..units.len()).map(|j| (0..q.len()).filter(|&i| has[i][j]).map(|i| idf[i]).sum::<f32>() / total).collect()
+}
+
 /// `text` without its bracketed parts (citations).
 fn strip_brackets(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -112,5 +157,23 @@ mod tests {
         assert_eq!(added("Running the tests: bash scripts/test.sh", q), ["bash", "scripts/test.sh"]);
         // An honest "the passages do not say" is an answer, not a restatement.
         assert_eq!(added("The passages do not say.", q), ["not", "say"]);
+    }
+
+    #[test]
+    fn the_unit_with_the_questions_rarer_terms_overlaps_most() {
+        let q = "Which Kubernetes version does the control plane in the tests use?";
+        let units = [
+            "Run by scripts/test.sh: a real control plane, built at pinned versions (k8s.io/kubernetes v1.37.2).",
+            "There is no kubelet: kubelet.py plays it for the test namespace.",
+            "The tests run on two cores.",
+        ];
+        let o = overlap(q, &units);
+        // Every term is in the first unit, joined or not (`scripts/test.sh`, `versions`,
+        // `k8s.io/kubernetes`).
+        assert!((o[0] - 1.0).abs() < 1e-6, "{o:?}");
+        // `test` is in all three, so it weighs least: the others have little.
+        assert!(o[1] > 0.0 && o[1] < 0.2 && (o[1] - o[2]).abs() < 1e-6, "{o:?}");
+        assert_eq!(overlap("What is it?", &units), [0.0, 0.0, 0.0], "no terms, no overlap");
+        assert!(overlap(q, &[]).is_empty());
     }
 }
