@@ -279,6 +279,14 @@ async fn gelo_up_runs_the_pipeline_for_the_cli_grpc_and_openai_clients() {
         "green tea",
         "honey bees use",
     ];
+    // Written to files, the logs are plain text: colours only on a terminal.
+    for log in &logs {
+        if let Some(at) = log.find('\u{1b}') {
+            let line = log[..at].rfind('\n').map_or(0, |i| i + 1);
+            let end = log[at..].find('\n').map_or(log.len(), |j| at + j);
+            panic!("a terminal escape code in a log written to a file: {:?}", &log[line..end]);
+        }
+    }
     // The key is printed once, to gelo up's user (its stderr, `logs[0]`); no service logs it.
     for log in &logs[1..] {
         assert!(!log.contains(&up.key), "the API key in a service log");
