@@ -10,8 +10,10 @@ sudo=""
 
 # Mesa's lavapipe: the Vulkan engine's tests run on it (a Vulkan driver on the CPU).
 # Debian's Chromium and its WebDriver: scripts/console_check.py drives the web console headless.
+# curl and iproute2's `ip`: e2e/local/proxy.rs (curl through `gelo proxy`; this machine's own
+# non-loopback address for the gateway).
 pkgs=()
-for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver; do
+for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver curl iproute2; do
   dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
 done
 if [ ${#pkgs[@]} -gt 0 ]; then

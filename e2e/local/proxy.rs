@@ -3,9 +3,9 @@
 //! model services stay on loopback, as inside the gateway's host), `gelo proxy` on
 //! loopback pointed at it, and the official `openai` Python client through the proxy
 //! (`scripts/openai_client_check.py`: access, models, embeddings, chat whole and
-//! streamed, `gelo-rag`). Then gateways that fail the user's policy — another launch
-//! measurement, another backend policy, stale evidence — with every call refused by name
-//! and none of them reaching the gateway.
+//! streamed, `gelo-rag`), and `curl`. Then gateways that fail the user's policy — another
+//! launch measurement, another backend policy, stale evidence — with every call refused by
+//! name and none of them reaching the gateway.
 
 use std::{
     io::{BufRead, BufReader},
@@ -150,6 +150,11 @@ async fn the_openai_client_works_through_the_proxy_and_refused_gateways_get_noth
     assert_eq!(gw.grpc.ip(), ip);
     let proxy = ProxyProc::start("proxy", &gw.target(), &[]);
     openai_check(&proxy.base_url(), &key, &["--add-document"]);
+    // curl, as it is.
+    let auth = format!("Authorization: Bearer {key}");
+    let curl =
+        Command::new("curl").args(["-sS", "-H", &auth, &format!("{}/models", proxy.base_url())]).output().unwrap();
+    assert!(String::from_utf8_lossy(&curl.stdout).contains("\"gelo-rag\""), "{curl:?}");
     assert!(http_requests(&gw).await >= 6.0, "the calls reached the gateway");
     let log = std::fs::read_to_string(&proxy.log).unwrap();
     assert!(log.contains("gateway verified") && !log.contains(&key), "{log}");

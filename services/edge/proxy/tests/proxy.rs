@@ -194,7 +194,8 @@ async fn requests_and_streams_cross_with_the_key_and_without_the_page_s_headers(
     assert_eq!(gw.requests(), 2);
 
     // A rebound page's Host, a foreign Origin: refused here, nothing sent.
-    let (status, _, body) = call(proxy, &get_request(proxy, "/v1/models", "").replace("127.0.0.1:", "evil.example:")).await;
+    let (status, _, body) =
+        call(proxy, &get_request(proxy, "/v1/models", "").replace("127.0.0.1:", "evil.example:")).await;
     assert_eq!(status, 421, "{body}");
     assert!(body.contains("host_not_allowed"), "{body}");
     let (status, _, body) = call(proxy, &get_request(proxy, "/v1/models", "Origin: http://evil.example\r\n")).await;
