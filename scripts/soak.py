@@ -9,13 +9,22 @@ documents, runs the soak — concurrent streamed `gelo-rag` answers, embeddings,
 reranks, then --overload streamed answers at once — prints its tables (requests/s, p50/p95/p99 of whole requests and of the first token,
 errors by code, each process's resident memory) and stops the stack. Exits non-zero when the
 soak does: an error other than the documented 429 `overloaded`, or a slow refusal.
+
+Meanwhile it samples every process's resident memory split into anonymous memory (heap,
+stacks) and file pages (the mapped binary, which the kernel evicts and maps back under
+memory pressure) every --sample seconds, and prints both after the warm-up and at the end
+of the measured phase, with the anonymous memory's range (--samples FILE keeps them all): a
+growth in file pages is the page cache, not the process.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 from gelo_up import http_call, start_up, stop
 
@@ -36,6 +45,41 @@ def children(pid):
     return out
 
 
+def memory(pid):
+    """RssAnon and RssFile of `pid` in MiB, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return tuple(int(fields[k].split()[0]) / 1024 for k in ("RssAnon", "RssFile"))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def sample(stack, every, samples, done):
+    """Appends (seconds, {role: (anon, file)}) to `samples` until `done` is set."""
+    t0 = time.time()
+    while not done.wait(0 if not samples else every):
+        samples.append((time.time() - t0, {role: memory(pid) for role, pid in stack.items()}))
+
+
+def split_table(samples, warmup, measured):
+    """Each process's anonymous and file-backed memory after the warm-up and at the end of
+    the measured phase (before the overload burst), with the anonymous memory's range over
+    the measured phase: a single sample of a model service shows what it had in flight."""
+    phase = [m for t, m in samples if warmup <= t <= measured] or [samples[-1][1]]
+    after, end = phase[0], phase[-1]
+    print(f"\nresident memory split ({len(phase)} samples from the warm-up's end to the overload): anonymous | file pages, MiB")
+    print("| process | anon after warm-up | anon at end | anon growth | anon min–max | file after warm-up | file at end |")
+    print("|---|---|---|---|---|---|---|")
+    for role in sorted(end):
+        anon = [m[role][0] for m in phase if m.get(role)]
+        if not (after.get(role) and end.get(role)):
+            continue
+        (a0, f0), (a1, f1) = after[role], end[role]
+        growth = 100 * (a1 - a0) / a0
+        print(f"| {role} | {a0:.1f} | {a1:.1f} | {growth:+.1f} % | {min(anon):.1f}–{max(anon):.1f} | {f0:.1f} | {f1:.1f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gelo", required=True)
@@ -47,6 +91,8 @@ def main():
     ap.add_argument("--overload", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--json")
+    ap.add_argument("--sample", type=float, default=10, help="seconds between memory samples")
+    ap.add_argument("--samples", help="write every memory sample (seconds, role: [anon, file] MiB) to this JSON file")
     a = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="gelo-soak-") as state:
@@ -72,7 +118,16 @@ def main():
             if a.json:
                 cmd += ["--json", a.json]
             print("+", " ".join(cmd), flush=True)
+            samples, done = [], threading.Event()
+            sampler = threading.Thread(target=sample, args=(stack, a.sample, samples, done), daemon=True)
+            sampler.start()
             rc = subprocess.run(cmd, env=dict(os.environ, OPENAI_API_KEY=up["api_key"])).returncode
+            done.set()
+            sampler.join()
+            split_table(samples, a.warmup, a.warmup + a.duration)
+            if a.samples:
+                with open(a.samples, "w") as f:
+                    json.dump([{"t": t, "rss": m} for t, m in samples], f)
         finally:
             stop(proc)
     if rc != 0:
