@@ -13,9 +13,64 @@
 //!
 //! What a format's kernels subtract for its offset or min comes from these block sums.
 
+use std::ops::Range;
+
 use half::f16;
 
 use super::format::QK_K;
+use crate::{cpu::PAR_MIN_LEN, pool};
+
+/// The output buffers of a [`QuantRows`], shared by the tasks that fill its rows.
+struct Parts {
+    qs: pool::SyncPtr<i8>,
+    d: pool::SyncPtr<f32>,
+    sums: pool::SyncPtr<f32>,
+    bsums: pool::SyncPtr<i16>,
+}
+
+/// Quantizes rows `r` of `x` (`cols` wide) into their entries of `p`.
+///
+/// # Safety
+/// `p`'s buffers are those of a [`QuantRows`] of `kind` with at least `r.end` rows of
+/// `cols` values, and no one else touches rows `r` of them during the call.
+unsafe fn quantize_range(x: &[f32], cols: usize, kind: ActKind, p: &Parts, r: Range<usize>) {
+    let n = r.len();
+    let block = kind.block();
+    let x = &x[r.start * cols..r.end * cols];
+    // SAFETY: rows `r` of each buffer, entries per row as `QuantRows::new` sized them.
+    let (qs, d) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(p.qs.get().add(r.start * cols), n * cols),
+            std::slice::from_raw_parts_mut(p.d.get().add(r.start * cols / block), n * cols / block),
+        )
+    };
+    match kind {
+        ActKind::Q8_0 | ActKind::Q8_1 => {
+            // SAFETY: as above; `sums` has one entry per block for these kinds.
+            let sums =
+                unsafe { std::slice::from_raw_parts_mut(p.sums.get().add(r.start * cols / block), n * cols / block) };
+            quantize_q8_0(x, qs, d, sums, kind == ActKind::Q8_1);
+        }
+        ActKind::Q8K => {
+            // SAFETY: as above; `bsums` has one entry per 16 values for this kind.
+            let bsums =
+                unsafe { std::slice::from_raw_parts_mut(p.bsums.get().add(r.start * cols / 16), n * cols / 16) };
+            quantize_q8_k(x, qs, d, bsums);
+        }
+        ActKind::Q8KGroups(g) => {
+            // SAFETY: as above; `sums` has one entry per group.
+            let sums = unsafe { std::slice::from_raw_parts_mut(p.sums.get().add(r.start * cols / g), n * cols / g) };
+            let mut d256 = vec![0.0; n * cols / QK_K];
+            let mut bsums = vec![0; n * cols / 16];
+            quantize_q8_k(x, qs, &mut d256, &mut bsums);
+            for (i, (d, s)) in d.iter_mut().zip(sums.iter_mut()).enumerate() {
+                *d = d256[i * g / QK_K];
+                let isum: i32 = bsums[i * g / 16..(i + 1) * g / 16].iter().map(|&v| v as i32).sum();
+                *s = *d * isum as f32;
+            }
+        }
+    }
+}
 
 /// How a row is quantized; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,21 +138,25 @@ impl QuantRows {
             sums: if kind == ActKind::Q8K { Vec::new() } else { vec![0.0; nb] },
             bsums: if kind == ActKind::Q8K { vec![0; rows * cols / 16] } else { Vec::new() },
         };
-        match kind {
-            ActKind::Q8_0 | ActKind::Q8_1 => {
-                quantize_q8_0(x, &mut q.qs, &mut q.d, &mut q.sums, kind == ActKind::Q8_1);
-            }
-            ActKind::Q8K => quantize_q8_k(x, &mut q.qs, &mut q.d, &mut q.bsums),
-            ActKind::Q8KGroups(g) => {
-                let mut d256 = vec![0.0; rows * cols / QK_K];
-                let mut bsums = vec![0; rows * cols / 16];
-                quantize_q8_k(x, &mut q.qs, &mut d256, &mut bsums);
-                for (i, (d, s)) in q.d.iter_mut().zip(q.sums.iter_mut()).enumerate() {
-                    *d = d256[i * g / QK_K];
-                    let isum: i32 = bsums[i * g / 16..(i + 1) * g / 16].iter().map(|&v| v as i32).sum();
-                    *s = *d * isum as f32;
-                }
-            }
+        // Rows are quantized independently: a prefill's activations (512 rows of 2048 to
+        // 6144 values before every product) go over the pool, where one thread would leave
+        // the others waiting at every product of every layer.
+        let ptrs = Parts {
+            qs: pool::SyncPtr(q.qs.as_mut_ptr()),
+            d: pool::SyncPtr(q.d.as_mut_ptr()),
+            sums: pool::SyncPtr(q.sums.as_mut_ptr()),
+            bsums: pool::SyncPtr(q.bsums.as_mut_ptr()),
+        };
+        let task = |r: Range<usize>| {
+            // SAFETY: tasks get disjoint row ranges, and each buffer holds a whole number
+            // of entries per row (checked above: `cols` is a multiple of the granule), so
+            // the slices made for `r` are disjoint and inside the buffers.
+            unsafe { quantize_range(x, cols, kind, &ptrs, r) }
+        };
+        if rows * cols >= PAR_MIN_LEN {
+            pool::global().for_ranges(rows, PAR_MIN_LEN.div_ceil(cols), &task);
+        } else {
+            task(0..rows);
         }
         q
     }

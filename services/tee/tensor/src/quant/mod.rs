@@ -91,6 +91,19 @@ impl Isa {
 /// of streaming the weight's blocks once per group of four rows.
 pub const PACKED_MIN_ROWS: usize = 16;
 
+/// [`PACKED_MIN_ROWS`], or the count `GELO_PACKED_MIN_ROWS` names (for measuring the two
+/// paths against each other on one machine). Read once.
+pub fn packed_min_rows() -> usize {
+    static ROWS: OnceLock<usize> = OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("GELO_PACKED_MIN_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&r| r >= 1)
+            .unwrap_or(PACKED_MIN_ROWS)
+    })
+}
+
 /// The fewest activation rows a packed task multiplies with its tile.
 const PACKED_MIN_CHUNK: usize = 16;
 
@@ -291,17 +304,13 @@ enum Task {
 /// [`products`] with the kernel set `isa`.
 pub fn products_on(ws: &[&QuantMatrix], x: &Matrix, isa: Isa) -> Vec<Matrix> {
     let m = x.rows();
-    let mut outs: Vec<Matrix> = ws
-        .iter()
-        .map(|w| {
-            assert_eq!(x.cols(), w.cols, "product input width");
-            Matrix::zeros(m, w.rows)
-        })
-        .collect();
-    if m == 0 || ws.is_empty() {
-        return outs;
+    for w in ws {
+        assert_eq!(x.cols(), w.cols, "product input width");
     }
-    let packed = m >= PACKED_MIN_ROWS;
+    if m == 0 || ws.is_empty() {
+        return ws.iter().map(|w| Matrix::zeros(m, w.rows)).collect();
+    }
+    let packed = m >= packed_min_rows();
     let kind = |w: &QuantMatrix| if packed { packed_kind(w.format) } else { stream_kind(w.format) };
     let mut quantized: Vec<QuantRows> = Vec::new();
     for w in ws {
@@ -333,12 +342,25 @@ pub fn products_on(ws: &[&QuantMatrix], x: &Matrix, isa: Isa) -> Vec<Matrix> {
             }
         }
     }
-    let ptrs: Vec<pool::SyncPtr<f32>> = outs.iter_mut().map(|o| pool::SyncPtr(o.as_mut_slice().as_mut_ptr())).collect();
+    // The tasks cover every row and column of every output between them, so the outputs
+    // are not zeroed first: a prefill's outputs are 40 MB a layer, which one thread would
+    // clear while the others wait.
+    let mut bufs: Vec<Vec<f32>> = ws.iter().map(|w| Vec::with_capacity(m * w.rows)).collect();
+    let ptrs: Vec<pool::SyncPtr<f32>> = bufs.iter_mut().map(|b| pool::SyncPtr(b.as_mut_ptr())).collect();
     pool::global().run(tasks.len(), &|t| match &tasks[t] {
         Task::Stream { w, rows } => ws[*w].stream_task(xq(ws[*w]), isa, rows.clone(), ptrs[*w].get()),
         Task::Packed { w, tile, rows } => ws[*w].packed_task(xq(ws[*w]), isa, *tile, rows.clone(), ptrs[*w].get()),
     });
-    outs
+    bufs.into_iter()
+        .zip(ws)
+        .map(|(mut b, w)| {
+            // SAFETY: the region above wrote all `m × rows` values (every weight row of a
+            // streaming task for every activation row; every column of a packed tile for its
+            // rows; the tasks of each weight cover its rows and tiles).
+            unsafe { b.set_len(m * w.rows) };
+            Matrix::from_vec(m, w.rows, b).expect("m × rows values")
+        })
+        .collect()
 }
 
 /// The panel a kernel set packs `format` into.

@@ -126,7 +126,7 @@ fn every_path_computes_the_integer_decomposition() {
         let w = random_weight(format, rows, cols, &mut rng);
         for m in [1, 2, 3, 4, 5, 9, 16, 23, 70] {
             let x = random_x(m, cols, &mut rng);
-            let kind = if m >= PACKED_MIN_ROWS { packed_kind(format) } else { stream_kind(format) };
+            let kind = if m >= packed_min_rows() { packed_kind(format) } else { stream_kind(format) };
             let (want, mag) = decomposed(&w, &QuantRows::new(x.as_slice(), m, cols, kind));
             for isa in Isa::available() {
                 let got = w.product_on(&x, isa);
@@ -150,7 +150,7 @@ fn the_only_error_is_the_activation_rounding() {
             let wf = w.dequantize();
             let x = random_x(m, cols, &mut rng);
             let (exact, mag) = reference(&wf, x.as_slice(), m, rows, cols);
-            let kind = if m >= PACKED_MIN_ROWS { packed_kind(format) } else { stream_kind(format) };
+            let kind = if m >= packed_min_rows() { packed_kind(format) } else { stream_kind(format) };
             let xq = QuantRows::new(x.as_slice(), m, cols, kind);
             let got = w.product(&x);
             for j in 0..m {
