@@ -3,7 +3,6 @@
 //! attention, then `o_proj`. Everything but the projections stays in the TEE.
 
 use protocol::{Executor, Pass, attention::Head};
-use rayon::prelude::*;
 use tensor::{Matrix, WeightId, pool};
 
 use crate::{error::Result, ops, provision, tensors::Tensors};
@@ -164,7 +163,16 @@ impl Attention {
         };
         let touched = qkv[0].rows() * (heads + 2 * kv_heads) * hd;
         if batch.lens.len() > 1 && touched >= tensor::cpu::PAR_MIN_LEN {
-            caches.par_iter_mut().enumerate().map(prep_sequence).collect()
+            // On the compute pool, not rayon's: its workers are still polling after the
+            // Q/K/V region, and rayon's threads woken beside them would share the cores
+            // with them.
+            let ptr = pool::SyncPtr(caches.as_mut_ptr());
+            pool::global().map(caches.len(), &|si| {
+                // SAFETY: each task takes the one cache of its own index, so no two tasks
+                // alias one, and `caches` is borrowed exclusively for the call.
+                let cache = unsafe { &mut *ptr.get().add(si) };
+                prep_sequence((si, cache))
+            })
         } else {
             caches.iter_mut().enumerate().map(prep_sequence).collect()
         }
