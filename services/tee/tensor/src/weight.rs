@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Matrix,
+    cpu::panels::{self, PanelWeight},
     half::{HalfData, HalfMatrix},
     quant::QuantMatrix,
 };
@@ -249,6 +250,8 @@ pub enum HostData {
     Quant(QuantMatrix),
     /// f16 or bf16, widened on the fly ([`crate::half`]).
     Half(HalfMatrix),
+    /// f32 packed for the AVX-512 kernels ([`crate::cpu::panels`]).
+    Panels(PanelWeight),
 }
 
 impl HostWeight {
@@ -258,6 +261,7 @@ impl HostWeight {
             HostData::F32(w) => crate::cpu::linear(x, self.d_in, self.d_out, self.layout, w),
             HostData::Quant(q) => q.product(x),
             HostData::Half(h) => h.product(x),
+            HostData::Panels(p) => p.product(x),
         }
     }
 }
@@ -296,6 +300,11 @@ impl WeightTable {
             WeightData::Quant(q) if self.in_place => HostData::Quant(q.clone()),
             WeightData::F16(d) if self.in_place && out_in => half(HalfData::F16(d.clone())),
             WeightData::Bf16(d) if self.in_place && out_in => half(HalfData::Bf16(d.clone())),
+            // f32 weights of the sealed path are packed once for the AVX-512 kernels
+            // where the CPU runs them, instead of being packed by the GEMM at every call.
+            other if self.in_place && panels::available() => {
+                HostData::Panels(PanelWeight::pack(&other.to_f32(), weight.d_in, weight.d_out, weight.layout))
+            }
             other => HostData::F32(other.to_f32()),
         };
         let held = HostWeight { d_in: weight.d_in, d_out: weight.d_out, layout: weight.layout, data };
@@ -311,7 +320,7 @@ impl WeightTable {
             .iter()
             .filter_map(|w| match &w.data {
                 HostData::Quant(q) => Some(q),
-                HostData::F32(_) | HostData::Half(_) => None,
+                HostData::F32(_) | HostData::Half(_) | HostData::Panels(_) => None,
             })
             .collect();
         let mut quant_products = crate::quant::products(&quant, x).into_iter();
@@ -319,7 +328,7 @@ impl WeightTable {
             .iter()
             .map(|w| match &w.data {
                 HostData::Quant(_) => quant_products.next().expect("one product per quantized weight"),
-                HostData::F32(_) | HostData::Half(_) => w.product(x),
+                HostData::F32(_) | HostData::Half(_) | HostData::Panels(_) => w.product(x),
             })
             .collect())
     }

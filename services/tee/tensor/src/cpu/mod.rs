@@ -4,6 +4,8 @@
 //! forking onto rayon's pool does not pay. The protocol and the models run on these; the
 //! untrusted CPU engine reuses them for its products.
 
+pub mod panels;
+
 use crate::{Matrix, WeightLayout, pool};
 
 /// `x · W` for a public weight of shape `(d_in, d_out)` held as f32 in `layout`: few rows
