@@ -18,6 +18,8 @@ mod packed_vnni;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod stream_avx2;
+#[cfg(target_arch = "x86_64")]
+mod stream_avx512;
 #[cfg(test)]
 mod tests;
 
@@ -277,7 +279,7 @@ impl QuantMatrix {
             // it; the rows and blocks were checked at construction and quantization; the
             // caller owns columns `range`.
             Isa::Avx2 | Isa::Avx512Vnni => unsafe {
-                stream_avx2::rows(self.format, &self.bytes, rb, range, xq, out, ldo)
+                stream_avx2::rows(isa == Isa::Avx512Vnni, self.format, &self.bytes, rb, range, xq, out, ldo)
             },
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("x86 kernels on another architecture"),

@@ -26,7 +26,7 @@ unsafe fn hsum(v: __m256) -> f32 {
 
 /// Horizontal sum of four lanes.
 #[inline(always)]
-unsafe fn hsum128(s: __m128) -> f32 {
+pub(super) unsafe fn hsum128(s: __m128) -> f32 {
     unsafe {
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
@@ -35,7 +35,7 @@ unsafe fn hsum128(s: __m128) -> f32 {
 
 /// The f16 at `p` as f32.
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     unsafe {
         let bits = p.cast::<u16>().read_unaligned();
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
@@ -220,7 +220,7 @@ unsafe fn block32<F: Block32, const M: usize>(w: *const u8, nb: usize, acts: &[A
 /// from the 12 bytes at `p` with a few 32-bit masks and shifts instead of byte by byte
 /// (ggml's `utmp` unpacking; [`super::format::scale_min_k4`] is the reference).
 #[inline(always)]
-unsafe fn k4_scales_mins(p: *const u8) -> __m256i {
+pub(super) unsafe fn k4_scales_mins(p: *const u8) -> __m256i {
     const LOW6: u32 = 0x3f3f_3f3f;
     const LOW4: u32 = 0x0f0f_0f0f;
     const LOW2: u32 = 0x0303_0303;
@@ -240,7 +240,7 @@ unsafe fn k4_scales_mins(p: *const u8) -> __m256i {
 /// The 16 sub-block sums of a super-block's activations, added in pairs (the 32-value
 /// sub-blocks of Q4_K/Q5_K): eight 16-bit lanes (each at most 32·127, no overflow).
 #[inline(always)]
-unsafe fn bsum_pairs(bsums: *const i16) -> __m128i {
+pub(super) unsafe fn bsum_pairs(bsums: *const i16) -> __m128i {
     unsafe { _mm_hadd_epi16(_mm_loadu_si128(bsums.cast()), _mm_loadu_si128(bsums.add(8).cast())) }
 }
 
@@ -425,7 +425,7 @@ pub(crate) unsafe fn row_values(format: QuantFormat, row: &[u8], q: &mut [u8]) {
 }
 
 /// One weight row against `M` activation rows starting at `j0`.
-type RowKernel<const M: usize> = unsafe fn(*const u8, usize, &[ActRow<'_>]) -> [f32; M];
+pub(super) type RowKernel<const M: usize> = unsafe fn(*const u8, usize, &[ActRow<'_>]) -> [f32; M];
 
 /// The kernels of `format` for 1..=4 activation rows at a time.
 #[inline(always)]
@@ -459,9 +459,12 @@ fn kernels(format: QuantFormat) -> (RowKernel<1>, RowKernel<2>, RowKernel<3>, Ro
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; `w` holds whole rows of `row_bytes` bytes for every
 /// `o` in `rows`, `x` is quantized in the block size `format` streams with, and `out` is
-/// valid for `x.rows()` rows of `ldo` values with no other writer of these columns.
+/// valid for `x.rows()` rows of `ldo` values with no other writer of these columns; with
+/// `wide` the CPU also runs AVX-512 F and BW (formats with a 512-bit kernel use it).
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn rows(
+    wide: bool,
     format: QuantFormat,
     w: &[u8],
     row_bytes: usize,
@@ -471,7 +474,8 @@ pub(crate) unsafe fn rows(
     ldo: usize,
 ) {
     let nb = x.cols / format.block_elements();
-    let (k1, k2, k3, k4) = kernels(format);
+    let (k1, k2, k3, k4) =
+        if wide && format == QuantFormat::Q4_K { super::stream_avx512::q4_k() } else { kernels(format) };
     let m = x.rows;
     // Every activation row's slices, made once for all the weight rows.
     let acts: Vec<ActRow<'_>> = (0..m).map(|j| x.row(j)).collect();
