@@ -257,6 +257,8 @@ def subrows(attack, row, labels, fmt):
         rows.append(("  uniform words", "uniform"))
     if attack == "Uniformity":
         rows += [("  calibration: uniform words", "uniform_words"), ("  calibration: mask of weight 4", "mask_t4")]
+    if attack == "Repeated content" and any("passes_all" in row.get(l, {}) for l in labels):
+        rows.append(("  all captured passes", "passes_all"))
     return [f"  {name:28s}" + "".join(f"{fmt(row.get(l, {}).get(key)):>8s}" for l in labels) for name, key in rows]
 
 
