@@ -36,9 +36,9 @@ pub const CITE_MARGIN: f32 = 0.1;
 
 /// How much a unit's share of the question's terms ([`words::overlap`]) adds to its cosine
 /// to the question. Chosen offline on `eval/rag/questions.jsonl` (the units of the 8
-/// candidates of each question, no generation): with 0.15 the unit shown first held the
-/// reference fact for 18 questions instead of 16, and the shown excerpts for as many (27);
-/// 0.1 and 0.2 gave 17. Small enough that a term-rich unit the embedder finds far from the
+/// candidates of each question, no generation): with 0.15 the excerpt shown first held the
+/// reference fact for 18 questions instead of 16, and the four shown excerpts for as many
+/// (27); 0.1 and 0.2 gave 17. Small enough that a term-rich unit the embedder finds far from the
 /// question does not win.
 pub const OVERLAP_WEIGHT: f32 = 0.15;
 
