@@ -67,7 +67,8 @@ fn f32_cells(a: &KernelArgs) -> Result<()> {
             };
             row("F32", s);
             // The sealed path's own f32 product where the CPU runs it: the weight packed once.
-            if tensor::cpu::panels::available() {
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx512f") {
                 let p = tensor::cpu::panels::PanelWeight::pack(&w, i, o, WeightLayout::OutIn);
                 row("F32 panels", time(a.seconds, || drop(p.product(&x))));
             }
