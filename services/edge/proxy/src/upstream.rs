@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use attest::AttestError;
+use attest::{AttestError, ratls::error_chain};
 use bytes::Bytes;
 use http::request::Parts;
 
@@ -108,15 +108,4 @@ fn refused_connection(e: &(dyn std::error::Error + 'static)) -> Option<attest::V
         cur = err.source();
     }
     None
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }

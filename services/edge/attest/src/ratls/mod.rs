@@ -24,7 +24,7 @@ use rustls::server::NoServerSessionStorage;
 use rustls::{ClientConfig, ServerConfig};
 use x509_cert::der::{Decode, Encode};
 
-pub use transport::{AttestedChannel, RaTlsConnector, connect, serve_incoming};
+pub use transport::{AttestedChannel, RaTlsConnector, connect, error_chain, serve_incoming};
 
 use crate::binding::{STARTUP_NONCE, spki_sha256};
 use crate::error::{AttestError, Result};
