@@ -2,7 +2,10 @@
 # Builds the pinned Kubernetes control plane and tools (kube-apiserver,
 # kube-controller-manager, kubectl, etcd, helm) from their Go modules, once, into a cache
 # outside the clone; a later call finds them there and returns at once. Prints the folder.
+# With `node`, also the node's binaries of the same k8s.io/kubernetes version: kubelet,
+# kube-proxy, and the pause binary (build/pause/linux/pause.c of that module, static, by cc).
 #   scripts/k8s/build.sh            # → ${GELO_CACHE:-~/.cache/gelo}/k8s/<versions>/bin
+#   scripts/k8s/build.sh node       # the same folder, with kubelet, kube-proxy, pause too
 set -euo pipefail
 
 K8S=v1.37.2       # k8s.io/kubernetes; every k8s.io staging module at the matching v0.37.x
@@ -14,6 +17,7 @@ RECIPE=2          # bump when this script builds differently, so caches rebuild
 root="${GELO_CACHE:-$HOME/.cache/gelo}/k8s/k8s-$K8S-etcd-$ETCD-helm-$HELM-r$RECIPE"
 bin="$root/bin"
 want=(kube-apiserver kube-controller-manager kubectl etcd helm)
+if [ "${1:-}" = node ]; then want+=(kubelet kube-proxy pause); fi
 missing=()
 for b in "${want[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$bin"; exit 0; fi
@@ -28,7 +32,8 @@ quiet() { "$@" >>"$root/src/build.log" 2>&1 || { tail -30 "$root/src/build.log" 
 
 has() { [[ " ${missing[*]} " == *" $1 "* ]]; }
 
-if has kube-apiserver || has kube-controller-manager || has kubectl; then
+k8s_cmds=(kube-apiserver kube-controller-manager kubectl kubelet kube-proxy)
+if has kube-apiserver || has kube-controller-manager || has kubectl || has kubelet || has kube-proxy || has pause; then
   # k8s.io/kubernetes points its staging modules at ./staging with replace lines, which a
   # module that requires it does not inherit: pin each to the matching release instead.
   # What a release build stamps (hack/lib/version.sh): charts check kubeVersion against it.
@@ -52,13 +57,24 @@ if has kube-apiserver || has kube-controller-manager || has kubectl; then
   } >"$mod/go.mod"
   log "resolving k8s.io/kubernetes $K8S ($(grep -c '^replace' "$mod/go.mod") staging modules at $STAGING)"
   # The main packages as imports, so `go mod tidy` records everything they need.
-  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' >"$mod/tools.go"
+  { printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${k8s_cmds[@]}"
+    printf ')\n'; } >"$mod/tools.go"
   (cd "$mod" && quiet go mod tidy)
-  for b in kube-apiserver kube-controller-manager kubectl; do
+  for b in "${k8s_cmds[@]}"; do
     has "$b" || continue
     log "building $b (several minutes on two cores)"
     (cd "$mod" && quiet go build -ldflags "$ldflags $k8s_version" -o "$bin/$b.tmp" "k8s.io/kubernetes/cmd/$b") && mv "$bin/$b.tmp" "$bin/$b"
   done
+  if has pause; then
+    # The sandbox's init process, as the release's pause image holds it (its Makefile's flags).
+    command -v cc >/dev/null || { log "the pause binary needs a C compiler (cc)"; exit 1; }
+    src="$(cd "$mod" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause"
+    tag="$(sed -n 's/^TAG ?= *//p' "$src/Makefile")"
+    log "building pause $tag"
+    cc -Os -Wall -Werror -static -DVERSION="v$tag-gelo" -o "$bin/pause.tmp" "$src/linux/pause.c" && mv "$bin/pause.tmp" "$bin/pause"
+    echo "$tag" >"$bin/pause.version"
+  fi
 fi
 
 if has etcd; then
