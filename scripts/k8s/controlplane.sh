@@ -3,15 +3,23 @@
 # etcd, kube-apiserver (RBAC, service-account tokens, client certificates) and
 # kube-controller-manager (garbage collection, Jobs, Deployments → ReplicaSets → Pods).
 # No kubelet and no container runtime: Pods are created and stay Pending unless a test
-# plays the kubelet.
+# plays the kubelet, or scripts/k8s/node.sh starts a real node against it.
 #
 #   scripts/k8s/controlplane.sh start DIR    # writes DIR/admin.kubeconfig, prints it; DIR/*.log
+#   scripts/k8s/controlplane.sh start DIR node
 #   scripts/k8s/controlplane.sh stop DIR
+#
+# With `node`, the control plane is one a kubelet and its pods can reach: the API server
+# listens on every address and advertises this machine's primary address (the `kubernetes`
+# Service's endpoint, which pods reach through kube-proxy at 10.96.0.1), its certificate
+# names both, it authorizes kubelets with the Node authorizer (NodeRestriction admission),
+# and it has a client certificate for the kubelets' API (logs, exec).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 cmd="${1:?start|stop}"
 dir="${2:?state folder}"
+mode="${3:-loopback}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 
@@ -26,7 +34,8 @@ stop() {
   done
 }
 if [ "$cmd" = stop ]; then stop; exit 0; fi
-[ "$cmd" = start ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+[ "$cmd" = start ] || { echo "usage: $0 start|stop DIR [node]" >&2; exit 2; }
+case "$mode" in loopback | node) ;; *) echo "usage: $0 start DIR [node]" >&2; exit 2 ;; esac
 
 bin="$(scripts/k8s/build.sh)"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -41,10 +50,23 @@ client() { # name, subject
   ossl req -newkey rsa:2048 -nodes -subj "$2" -keyout "$pki/$1.key" -out "$pki/$1.csr"
   ossl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 2 -out "$pki/$1.crt" ${3:+-extfile "$3"}
 }
-printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >"$pki/serving.ext"
+san="IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"
+bind=127.0.0.1 advertise=127.0.0.1 authz=RBAC reconciler=none node_flags=()
+if [ "$mode" = node ]; then
+  # The address the default route leaves by: the node's, and the API server's for pods.
+  advertise="$(ip -4 route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p')"
+  [ -n "$advertise" ] || { echo "controlplane.sh: no primary IPv4 address for node mode" >&2; exit 1; }
+  bind=0.0.0.0
+  san+=",IP:$advertise,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc.cluster.local"
+  authz="Node,RBAC" reconciler=lease
+  node_flags=(--enable-admission-plugins NodeRestriction
+    --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key")
+fi
+printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$san" >"$pki/serving.ext"
 client apiserver "/CN=kube-apiserver" "$pki/serving.ext"
 client admin "/O=system:masters/CN=gelo-test-admin"
 client controller-manager "/CN=system:kube-controller-manager"
+if [ "$mode" = node ]; then client apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"; fi
 ossl genrsa -out "$pki/sa.key" 2048
 ossl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
 
@@ -77,11 +99,11 @@ echo $! >"$dir/etcd.pid"
 # --- kube-apiserver
 "$bin/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_client" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api" \
-  --endpoint-reconciler-type none \
+  --bind-address "$bind" --advertise-address "$advertise" --secure-port "$api" \
+  --endpoint-reconciler-type "$reconciler" \
   --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
   --client-ca-file "$pki/ca.crt" \
-  --authorization-mode RBAC \
+  --authorization-mode "$authz" "${node_flags[@]}" \
   --service-account-issuer https://kubernetes.default.svc \
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 \
@@ -109,4 +131,6 @@ kubectl get --raw /readyz >/dev/null || { echo "kube-apiserver not ready; see $d
 echo $! >"$dir/kube-controller-manager.pid"
 
 echo "$bin" >"$dir/bin"
+echo "$advertise" >"$dir/advertise"
+echo "$api" >"$dir/port"
 echo "$dir/admin.kubeconfig"
