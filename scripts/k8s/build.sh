@@ -2,10 +2,11 @@
 # Builds the pinned Kubernetes control plane and tools (kube-apiserver,
 # kube-controller-manager, kubectl, etcd, helm) from their Go modules, once, into a cache
 # outside the clone; a later call finds them there and returns at once. Prints the folder.
-# With `node`, also the node's binaries of the same k8s.io/kubernetes version: kubelet,
-# kube-proxy, and the pause binary (build/pause/linux/pause.c of that module, static, by cc).
+# With `node`, also what a cluster with a real node needs, of the same k8s.io/kubernetes
+# version: kube-scheduler, kubelet, kube-proxy, and the pause binary (build/pause/linux/pause.c
+# of that module, static, by cc).
 #   scripts/k8s/build.sh            # → ${GELO_CACHE:-~/.cache/gelo}/k8s/<versions>/bin
-#   scripts/k8s/build.sh node       # the same folder, with kubelet, kube-proxy, pause too
+#   scripts/k8s/build.sh node       # the same folder, with kube-scheduler, kubelet, kube-proxy, pause
 set -euo pipefail
 
 K8S=v1.37.2       # k8s.io/kubernetes; every k8s.io staging module at the matching v0.37.x
@@ -17,7 +18,7 @@ RECIPE=2          # bump when this script builds differently, so caches rebuild
 root="${GELO_CACHE:-$HOME/.cache/gelo}/k8s/k8s-$K8S-etcd-$ETCD-helm-$HELM-r$RECIPE"
 bin="$root/bin"
 want=(kube-apiserver kube-controller-manager kubectl etcd helm)
-if [ "${1:-}" = node ]; then want+=(kubelet kube-proxy pause); fi
+if [ "${1:-}" = node ]; then want+=(kube-scheduler kubelet kube-proxy pause); fi
 missing=()
 for b in "${want[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$bin"; exit 0; fi
@@ -32,8 +33,8 @@ quiet() { "$@" >>"$root/src/build.log" 2>&1 || { tail -30 "$root/src/build.log" 
 
 has() { [[ " ${missing[*]} " == *" $1 "* ]]; }
 
-k8s_cmds=(kube-apiserver kube-controller-manager kubectl kubelet kube-proxy)
-if has kube-apiserver || has kube-controller-manager || has kubectl || has kubelet || has kube-proxy || has pause; then
+k8s_cmds=(kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet kube-proxy)
+if has kube-apiserver || has kube-controller-manager || has kubectl || has kube-scheduler || has kubelet || has kube-proxy || has pause; then
   # k8s.io/kubernetes points its staging modules at ./staging with replace lines, which a
   # module that requires it does not inherit: pin each to the matching release instead.
   # What a release build stamps (hack/lib/version.sh): charts check kubeVersion against it.

@@ -13,7 +13,8 @@
 # listens on every address and advertises this machine's primary address (the `kubernetes`
 # Service's endpoint, which pods reach through kube-proxy at 10.96.0.1), its certificate
 # names both, it authorizes kubelets with the Node authorizer (NodeRestriction admission),
-# and it has a client certificate for the kubelets' API (logs, exec).
+# and it has a client certificate for the kubelets' API (logs, exec); kube-scheduler runs
+# too (scripts/k8s/build.sh node builds it), to put the pods on the node.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -24,7 +25,7 @@ mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 
 stop() {
-  for p in kube-controller-manager kube-apiserver etcd; do
+  for p in kube-scheduler kube-controller-manager kube-apiserver etcd; do
     if [ -f "$dir/$p.pid" ]; then
       kill "$(cat "$dir/$p.pid")" 2>/dev/null || true
       for _ in $(seq 50); do kill -0 "$(cat "$dir/$p.pid")" 2>/dev/null || break; sleep 0.1; done
@@ -37,7 +38,7 @@ if [ "$cmd" = stop ]; then stop; exit 0; fi
 [ "$cmd" = start ] || { echo "usage: $0 start|stop DIR [node]" >&2; exit 2; }
 case "$mode" in loopback | node) ;; *) echo "usage: $0 start DIR [node]" >&2; exit 2 ;; esac
 
-bin="$(scripts/k8s/build.sh)"
+if [ "$mode" = node ]; then bin="$(scripts/k8s/build.sh node)"; else bin="$(scripts/k8s/build.sh)"; fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 etcd_client=$(free_port); etcd_peer=$(free_port); api=$(free_port)
 
@@ -66,6 +67,7 @@ printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$san" >"$pki/serving.
 client apiserver "/CN=kube-apiserver" "$pki/serving.ext"
 client admin "/O=system:masters/CN=gelo-test-admin"
 client controller-manager "/CN=system:kube-controller-manager"
+client scheduler "/CN=system:kube-scheduler"
 if [ "$mode" = node ]; then client apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"; fi
 ossl genrsa -out "$pki/sa.key" 2048
 ossl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
@@ -88,6 +90,7 @@ EOF
 }
 kubeconfig admin
 kubeconfig controller-manager
+kubeconfig scheduler
 
 # --- etcd
 "$bin/etcd" --name gelo-test --data-dir "$dir/etcd" \
@@ -129,6 +132,14 @@ kubectl get --raw /readyz >/dev/null || { echo "kube-apiserver not ready; see $d
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
   --v 1 >"$dir/kube-controller-manager.log" 2>&1 &
 echo $! >"$dir/kube-controller-manager.pid"
+
+if [ "$mode" = node ]; then
+  # --- kube-scheduler: the Pods onto the node
+  "$bin/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 --v 1 >"$dir/kube-scheduler.log" 2>&1 &
+  echo $! >"$dir/kube-scheduler.pid"
+fi
 
 echo "$bin" >"$dir/bin"
 echo "$advertise" >"$dir/advertise"
