@@ -109,14 +109,15 @@ stop() {
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     for table in filter nat mangle; do
-      "$ipt" -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -vE '^-A KUBE-' | while read -r rule; do
-        # iptables -S quotes a rule as a shell would: eval gives back its arguments.
-        eval "$ipt -t $table ${rule/-A/-D}" 2>/dev/null || true
-      done
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z0-9-]*\)$/\1/p'); do
+      { "$ipt" -t "$table" -S 2>/dev/null || true; } | { grep -E '^-A [A-Z]+ .*-j KUBE-' || true; } | { grep -vE '^-A KUBE-' || true; } \
+        | while read -r rule; do
+          # iptables -S quotes a rule as a shell would: eval gives back its arguments.
+          eval "$ipt -t $table ${rule/-A/-D}" 2>/dev/null || true
+        done
+      for chain in $("$ipt" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z0-9-]*\)$/\1/p' || true); do
         "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
       done
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z0-9-]*\)$/\1/p'); do
+      for chain in $("$ipt" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z0-9-]*\)$/\1/p' || true); do
         "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
       done
     done
@@ -207,6 +208,14 @@ EOF
 
 # --- containerd
 cgroup_systemd=false
+# Without CAP_SYS_RESOURCE (root on these machines lacks it) no process may lower its OOM
+# score: runc then fails to give a sandbox the kubelet's -998 ("can't get final child's PID
+# from pipe"). containerd's restrict_oom_score_adj raises such scores to its own (0).
+restrict_oom=false kubelet_oom=-999
+if (( (0x$(awk '/^CapEff/ {print $2}' /proc/self/status) >> 24 & 1) == 0 )); then
+  restrict_oom=true kubelet_oom=0
+  log "no CAP_SYS_RESOURCE: OOM scores below 0 are raised to 0 (restrict_oom_score_adj)"
+fi
 cat >"$n/containerd.toml" <<EOF
 version = 2
 root = "$n/containerd/root"
@@ -217,6 +226,7 @@ state = "$n/containerd/state"
   path = "$n/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$pause_ref"
+  restrict_oom_score_adj = $restrict_oom
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -255,6 +265,7 @@ authorization: {mode: Webhook}
 cgroupDriver: cgroupfs
 failCgroupV1: $fail_cgroup_v1
 failSwapOn: false
+oomScoreAdj: $kubelet_oom
 containerRuntimeEndpoint: unix://$sock
 podLogsDirectory: $n/pod-logs
 clusterDomain: cluster.local
