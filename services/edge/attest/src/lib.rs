@@ -9,6 +9,8 @@
 //! - [`verify`]: where evidence is verified; every rejection is a distinct `VerifyError`
 //!   ([`rejection`]).
 //! - [`policy`]: what a verifier accepts (JSON/YAML); [`role`] the attested model roles.
+//! - [`release`]: the release log a policy can require for its measurements (manifests,
+//!   signed checkpoints, inclusion and consistency proofs).
 //! - [`ratls`]: RA-TLS certificates, rustls verifiers (`ratls::verifier`), tonic transport.
 //! - [`service`]: the `Attestation.GetEvidence` server; [`challenge`] its client side.
 //!
@@ -20,10 +22,12 @@ pub mod challenge;
 pub mod derived_key;
 mod error;
 pub mod evidence;
+mod fixed_hex;
 pub mod issuer;
 pub mod policy;
 pub mod ratls;
 pub mod rejection;
+pub mod release;
 pub mod report;
 pub mod role;
 pub mod service;

@@ -16,40 +16,7 @@ use crate::evidence::IssuerKind;
 use crate::report::Tcb;
 use crate::role::Role;
 
-/// A fixed-width byte string written as hex in policy files.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Hex<const N: usize>(pub [u8; N]);
-
-impl<const N: usize> std::fmt::Debug for Hex<N> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-impl<const N: usize> std::str::FromStr for Hex<N> {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let bytes = hex::decode(s.trim()).map_err(|e| format!("{e}"))?;
-        let arr: [u8; N] = bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| format!("expected {N} bytes ({} hex digits), got {}", 2 * N, bytes.len()))?;
-        Ok(Self(arr))
-    }
-}
-
-impl<const N: usize> serde::Serialize for Hex<N> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(&hex::encode(self.0))
-    }
-}
-
-impl<'de, const N: usize> serde::Deserialize<'de> for Hex<N> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
+pub use crate::fixed_hex::Hex;
 
 /// A root of trust a policy accepts for the ARK position of a chain.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -240,8 +207,16 @@ pub struct Policy {
     /// must have issued one of them (`crl_missing`); see docs/ATTESTATION.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "serde_yaml::with::singleton_map_recursive")]
     pub crls: Vec<CrlSource>,
+    /// When set, a launch measurement is accepted only if a release manifest naming it is
+    /// proven to be in the release log (and the log consistent with the remembered
+    /// checkpoint); see docs/RELEASES.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_log: Option<crate::release::ReleaseLogPolicy>,
     #[serde(skip)]
     resolved: OnceLock<std::result::Result<Arc<Vec<RootCert>>, String>>,
+    #[serde(skip)]
+    resolved_release_log:
+        OnceLock<std::result::Result<Arc<crate::release::ReleaseLogState>, crate::release::ReleaseLogError>>,
     #[serde(skip)]
     resolved_crls: OnceLock<std::result::Result<Arc<Vec<LoadedCrl>>, String>>,
 }
@@ -267,8 +242,10 @@ impl Default for Policy {
             check_certificate_validity: true,
             require_vcek_hwid: true,
             crls: Vec::new(),
+            release_log: None,
             resolved: OnceLock::new(),
             resolved_crls: OnceLock::new(),
+            resolved_release_log: OnceLock::new(),
         }
     }
 }
@@ -296,6 +273,12 @@ impl Policy {
                 && p.is_relative()
             {
                 *p = base.join(&*p);
+            }
+        }
+        if let Some(log) = &mut policy.release_log {
+            log.releases.iter_mut().for_each(|r| r.rebase(base));
+            if let Some(c) = &mut log.remembered_checkpoint {
+                c.rebase(base);
             }
         }
         let invalid = |e: crate::VerifyError| AttestError::Policy { path: path.to_owned(), detail: e.to_string() };
@@ -362,6 +345,23 @@ impl Policy {
         self
     }
 
+    /// Requires the release log for every accepted measurement.
+    pub fn with_release_log(mut self, log: crate::release::ReleaseLogPolicy) -> Self {
+        self.release_log = Some(log);
+        self.resolved_release_log = OnceLock::new();
+        self
+    }
+
+    /// The release log's state, checked once (bundles, signatures, inclusion, consistency);
+    /// `None` when the policy does not require the log. A log that fails any check refuses
+    /// every measurement, with the failure's own reason.
+    pub fn release_log_state(
+        &self,
+    ) -> std::result::Result<Option<Arc<crate::release::ReleaseLogState>>, crate::release::ReleaseLogError> {
+        let Some(log) = &self.release_log else { return Ok(None) };
+        self.resolved_release_log.get_or_init(|| log.check().map(Arc::new)).clone().map(Some)
+    }
+
     /// The trusted roots, loaded and parsed once.
     pub fn roots(&self) -> std::result::Result<Arc<Vec<RootCert>>, crate::VerifyError> {
         self.resolved
@@ -405,6 +405,9 @@ impl Policy {
             value.as_object_mut().ok_or_else(|| crate::VerifyError::PolicyInvalid("policy is not an object".into()))?;
         fields.insert("trusted_roots".into(), roots.into());
         fields.insert("crls".into(), crls.into());
+        if let Some(log) = &self.release_log {
+            fields.insert("release_log".into(), log.digest_value().map_err(crate::VerifyError::PolicyInvalid)?);
+        }
         Ok(Sha256::digest(canonical_json(&value)).into())
     }
 }

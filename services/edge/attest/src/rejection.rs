@@ -118,6 +118,10 @@ pub enum VerifyError {
     SchemeSettingNotAllowed { role: String, field: &'static str, value: String, allowed: String },
     #[error("the policy is unusable: {0}")]
     PolicyInvalid(String),
+    /// The policy requires the release log and the measurement (or the log) failed it;
+    /// the reason is the [`crate::release::ReleaseLogError`]'s own.
+    #[error(transparent)]
+    ReleaseLog(#[from] crate::release::ReleaseLogError),
 }
 
 impl VerifyError {
@@ -169,6 +173,7 @@ impl VerifyError {
             ProtectionNotAllowed { .. } => "protection_not_allowed",
             SchemeSettingNotAllowed { .. } => "scheme_setting_not_allowed",
             PolicyInvalid(_) => "policy_invalid",
+            ReleaseLog(e) => e.reason(),
         }
     }
 
@@ -223,4 +228,17 @@ pub const REASONS: &[&str] = &[
     "protection_not_allowed",
     "scheme_setting_not_allowed",
     "policy_invalid",
+    // The release log's (crate::release::RELEASE_REASONS).
+    "release_log_key_invalid",
+    "release_bundle_malformed",
+    "release_manifest_malformed",
+    "release_checkpoint_malformed",
+    "release_checkpoint_signature_invalid",
+    "release_checkpoint_origin_mismatch",
+    "release_proof_malformed",
+    "release_inclusion_proof_invalid",
+    "measurement_not_in_release_log",
+    "release_log_rolled_back",
+    "release_log_forked",
+    "release_consistency_proof_missing",
 ];

@@ -4,6 +4,8 @@ mod common;
 
 #[path = "verify/hostile.rs"]
 mod hostile;
+#[path = "verify/release_log.rs"]
+mod release_log;
 
 use std::time::{Duration, SystemTime};
 

@@ -356,6 +356,9 @@ impl Verifier {
         if !policy.allow_any_measurement && !policy.measurements.iter().any(|m| m.0 == fields.measurement) {
             return Err(VerifyError::MeasurementNotAllowed(hex::encode(fields.measurement)));
         }
+        if let Some(log) = policy.release_log_state()? {
+            log.release_for(&fields.measurement)?;
+        }
         if let Some(chips) = &policy.chip_ids
             && !chips.iter().any(|c| c.0 == fields.chip_id)
         {
