@@ -21,6 +21,12 @@ A question passes when all three hold. Two more counts, not part of a pass:
             the embedder the gateway checks citations with).
 Prints one line per question, then the pass rate, each count's rate and the median time to
 first token; --json writes all of it.
+
+--ranks also searches the store for every question (`gelo search`, top 1000, the query's
+own retrieval without the focus) and records `rank`, the place of the first passage that
+holds the question's facts (None past 1000), and the count of questions whose facts are
+among the `--candidates` first passages (the gateway's focus chooses the shown passages from
+its 8 candidates). With --no-answers nothing is generated: a retrieval-only run in minutes.
 """
 
 import argparse
@@ -32,6 +38,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+import subprocess
 
 import citations
 from gelo_up import ingest_paths, start_up, stop
@@ -64,6 +72,18 @@ def ask(base, key, question, max_tokens):
                     ttft = ttft if ttft is not None else time.time() - t0
                     text.append(piece)
     return "".join(text), passages, cites, ttft, time.time() - t0
+
+
+def rank(gelo, state, item, top_k=1000):
+    """The place (from 1) of the first passage `gelo search` returns for the question that
+    holds its facts, or None."""
+    env = dict(os.environ, GELO_UP_DIR=os.path.join(state, "up"))
+    out = subprocess.run([os.path.abspath(gelo), "search", "--json", "--top-k", str(top_k), item["q"]], env=env,
+                         check=True, capture_output=True, text=True).stdout
+    for i, p in enumerate(json.loads(out)["passages"], 1):
+        if has_facts(item, p["text"]):
+            return i
+    return None
 
 
 def degenerate(text):
@@ -103,6 +123,9 @@ def main():
                     "e.g. `git archive COMMIT README.md docs | tar -x -C DIR` to compare two builds on the same text")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--label", default="")
+    ap.add_argument("--ranks", action="store_true", help="record each question's retrieval rank (gelo search)")
+    ap.add_argument("--candidates", type=int, default=8, help="--ranks: count the questions ranked within this")
+    ap.add_argument("--no-answers", action="store_true", help="with --ranks: rank only, generate nothing")
     ap.add_argument("--env", action="append", default=[], help="K=V for gelo up and its services, e.g. GELO_QUERY_TOP_K=3")
     a = ap.parse_args()
     items = [json.loads(line) for line in open(a.questions) if line.strip()]
@@ -116,9 +139,15 @@ def main():
             base = f"http://{ready['http']}"
             rows = []
             for item in items:
+                r = rank(a.gelo, state, item) if a.ranks else None
+                if a.no_answers:
+                    rows.append({"q": item["q"], "rank": r})
+                    print(f"rank {r if r else '-':>5}  {item['q']}", flush=True)
+                    continue
                 text, passages, cites, ttft, total = ask(base, ready["api_key"], item["q"], a.max_tokens)
                 s = score(item, text, cites, passages)
-                rows.append({"q": item["q"], "answer": text, "passages": passages, **cites, "ttft_s": ttft, "total_s": total, **s})
+                rows.append({"q": item["q"], "answer": text, "passages": passages, **cites, "ttft_s": ttft, "total_s": total,
+                             "rank": r, **s})
                 mark = "PASS" if s["pass"] else "fail " + ",".join(k for k in ("facts", "cited", "fluent") if not s[k])
                 mark += " restates" if s["restates"] else ""
                 hold = f"{s['citations_hold']}/{s['citations_total']}"
@@ -126,13 +155,22 @@ def main():
         finally:
             stop(proc)
     n = len(rows)
+    ranked = {"ranked_within": sum(1 for r in rows if r["rank"] and r["rank"] <= a.candidates), "candidates": a.candidates,
+              "ranks": [r["rank"] for r in rows]} if a.ranks else {}
+    if a.no_answers:
+        summary = {"label": a.label, "env": a.env, "questions": n, "ingest_s": ingest_s, **ranked}
+        print(json.dumps(summary))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"summary": summary, "rows": rows}, f, indent=1)
+        return
     rate = lambda k: sum(r[k] for r in rows) / n
     ttfts = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
     summary = {"label": a.label, "up_args": a.up_args, "env": a.env, "questions": n, "pass": rate("pass"), "facts": rate("facts"),
                "cited": rate("cited"), "fluent": rate("fluent"), "retrieved": rate("retrieved"), "passed": sum(r["pass"] for r in rows), "restating": sum(r["restates"] for r in rows),
                "citation_precision": sum(r["citations_hold"] for r in rows) / max(1, sum(r["citations_total"] for r in rows)),
                "citations": sum(r["citations_total"] for r in rows), "median_ttft_s": statistics.median(ttfts) if ttfts else None,
-               "median_total_s": statistics.median(r["total_s"] for r in rows), "ingest_s": ingest_s}
+               "median_total_s": statistics.median(r["total_s"] for r in rows), "ingest_s": ingest_s, **ranked}
     print(json.dumps(summary))
     if a.json:
         with open(a.json, "w") as f:

@@ -5,12 +5,17 @@
 //! Two modes (`gelo.v1.Chunking`):
 //! - tokens: windows of `chunk_tokens` tokens sharing `overlap` tokens (`store::chunk_text`);
 //!   each passage is embedded as `"<title> <passage>"`, and the window shrinks by the title's
-//!   tokens so that the pair still fits the embedder's maximum length;
+//!   tokens so that the pair still fits the embedder's maximum length. A markdown text (one
+//!   with a `#` heading outside code) is cut at its headings first, and each passage is
+//!   embedded as `"<title>. <headings above it>. <its text without markdown syntax>"`
+//!   ([`markdown`]); what is stored and shown is still the verbatim slice;
 //! - whole: one passage holding the whole text, embedded as `"<title> <text>"` and truncated by
 //!   the embedder to its maximum — exactly how a BEIR evaluation embeds a corpus, so the
 //!   gateway's ranking can be compared with `models::beir` document for document.
 
-use std::path::Path;
+use std::{ops::Range, path::Path};
+
+mod markdown;
 
 use api::v1::Chunking;
 use tokenizers::Tokenizer;
@@ -75,7 +80,7 @@ impl Chunker {
         Ok(Chunker { tokenizer, specials, model_max, chunk_tokens, overlap })
     }
 
-    fn offsets(&self, text: &str) -> Result<Vec<std::ops::Range<usize>>> {
+    fn offsets(&self, text: &str) -> Result<Vec<Range<usize>>> {
         let enc = self.tokenizer.encode(text, false).map_err(|e| GatewayError::Tokenizer(e.to_string()))?;
         Ok(enc.get_offsets().iter().map(|&(a, b)| a..b).collect())
     }
@@ -96,31 +101,90 @@ impl Chunker {
             return Ok(vec![Planned { text: text.to_string(), embed_input }]);
         }
         let title = title.trim();
-        let with_title = |t: &str| if title.is_empty() { t.to_string() } else { format!("{title} {t}") };
+        let offsets = self.offsets(text)?;
+        if let Some(sections) = markdown::sections(text) {
+            let mut out = Vec::new();
+            for s in sections {
+                out.extend(self.plan_section(title, text, &offsets, s)?);
+            }
+            return Ok(out);
+        }
+        let (window, prefix) = self.window(title)?;
+        let chunks = chunk(text, &offsets, window, self.overlap)?;
+        Ok(chunks
+            .into_iter()
+            .map(|c| Planned {
+                text: c.to_string(),
+                embed_input: if prefix { format!("{title} {c}") } else { c.to_string() },
+            })
+            .collect())
+    }
+
+    /// The tokens a passage may hold when embedded after `context`, and whether the context
+    /// fits beside a window worth having ([`MIN_WINDOW`]); without it the passage is embedded
+    /// alone.
+    fn window(&self, context: &str) -> Result<(usize, bool)> {
         let mut window = self.chunk_tokens;
-        let mut prefix = !title.is_empty();
+        let mut prefix = !context.is_empty();
         if let Some(max) = self.model_max.map(|m| m.saturating_sub(self.specials)) {
-            let title_tokens = if prefix { self.count(title)? } else { 0 };
-            if prefix && max >= title_tokens + SLACK + MIN_WINDOW {
-                window = window.min(max - title_tokens - SLACK);
+            let context_tokens = if prefix { self.count(context)? } else { 0 };
+            if prefix && max >= context_tokens + SLACK + MIN_WINDOW {
+                window = window.min(max - context_tokens - SLACK);
             } else {
                 prefix = false;
                 window = window.min(max.max(1));
             }
         }
-        let overlap = self.overlap.min(window / 2);
-        let offsets = self.offsets(text)?;
-        let chunks = store::chunk_by_offsets(text, &offsets, window, overlap)
-            .map_err(|e| GatewayError::Tokenizer(format!("chunking: {e}")))?;
-        Ok(chunks
-            .into_iter()
-            .filter(|c| !c.text.trim().is_empty())
-            .map(|c| Planned {
-                text: c.text.to_string(),
-                embed_input: if prefix { with_title(c.text) } else { c.text.to_string() },
-            })
-            .collect())
+        Ok((window, prefix))
     }
+
+    /// The passages of one markdown section ([`markdown::sections`]): windows of its text
+    /// alone, each embedded after the document's title and the section's headings, as plain
+    /// text ([`markdown::plain`]).
+    fn plan_section(
+        &self,
+        title: &str,
+        text: &str,
+        offsets: &[Range<usize>],
+        section: markdown::Section,
+    ) -> Result<Vec<Planned>> {
+        let bytes = section.bytes;
+        let mut context: Vec<&str> = Vec::new();
+        for h in std::iter::once(title).chain(section.headings.iter().map(String::as_str)) {
+            if !h.is_empty() && !context.iter().any(|c| c.eq_ignore_ascii_case(h)) {
+                context.push(h);
+            }
+        }
+        let context = context.join(". ");
+        let (window, prefix) = self.window(&context)?;
+        let from = offsets.partition_point(|t| t.start < bytes.start);
+        let to = offsets.partition_point(|t| t.start < bytes.end);
+        let local: Vec<Range<usize>> = offsets[from..to]
+            .iter()
+            .filter(|t| t.end <= bytes.end)
+            .map(|t| t.start - bytes.start..t.end - bytes.start)
+            .collect();
+        let mut out = Vec::new();
+        for c in chunk(&text[bytes], &local, window, self.overlap)? {
+            let body = markdown::plain(c);
+            let body = if body.is_empty() { c } else { body.as_str() };
+            let mut embed_input = if prefix { format!("{context}. {body}") } else { body.to_string() };
+            if self.model_max.is_some_and(|max| self.specials + self.count(&embed_input).unwrap_or(usize::MAX) > max) {
+                // Plain text that tokenizes longer than the slice did: the slice, as budgeted.
+                embed_input = if prefix { format!("{context}. {c}") } else { c.to_string() };
+            }
+            out.push(Planned { text: c.to_string(), embed_input });
+        }
+        Ok(out)
+    }
+}
+
+/// `text` in windows of `window` tokens sharing up to half a window, as slices holding more
+/// than whitespace.
+fn chunk<'a>(text: &'a str, offsets: &[Range<usize>], window: usize, overlap: usize) -> Result<Vec<&'a str>> {
+    let chunks = store::chunk_by_offsets(text, offsets, window, overlap.min(window / 2))
+        .map_err(|e| GatewayError::Tokenizer(format!("chunking: {e}")))?;
+    Ok(chunks.into_iter().map(|c| c.text).filter(|t| !t.trim().is_empty()).collect())
 }
 
 /// The embedder's maximum input length from its model folder: sentence-transformers'

@@ -57,6 +57,40 @@ fn passages_fit_the_embedder_with_their_title_and_cover_the_text() {
 }
 
 #[test]
+fn markdown_passages_end_at_headings_and_are_embedded_under_them() {
+    let c = Chunker::load(&model("all-minilm-l6-v2"), 200, 40).unwrap();
+    let doc = format!(
+        "# GELO\n\n## The web console\n\n{}\n\n## Test it\n\n```sh\nbash scripts/test.sh\n```\n\n\
+         `scripts/test.sh` sets a **fresh** machine up: see [the setup](scripts/setup.sh).\n\n{}",
+        text(30),
+        text(30).replace("Sentence", "Line")
+    );
+    let passages = c.plan("GELO", &doc, Chunking::Tokens).unwrap();
+    // A window never crosses a heading: each passage lies in one section.
+    let test_it = doc.find("## Test it").unwrap();
+    let mut from = 0;
+    for p in &passages {
+        let at = doc[from..].find(p.text.as_str()).map(|i| i + from).expect("a slice of the text, in order");
+        assert!(at + p.text.len() <= test_it || at >= test_it, "a passage straddles a heading: {:?}", p.text);
+        from = at + 1;
+        assert!(c.count(&p.embed_input).unwrap() + 2 <= 256, "fits the embedder");
+        assert!(!p.embed_input.contains('`') && !p.embed_input.contains("##"), "{}", p.embed_input);
+    }
+    // The section's first passage and the ones after it are embedded under its heading, as
+    // prose; the title is not repeated for the top heading that names it.
+    let under: Vec<_> = passages.iter().filter(|p| doc.find(p.text.as_str()).unwrap() >= test_it).collect();
+    assert!(under.len() >= 2, "{}", under.len());
+    assert!(under.iter().all(|p| p.embed_input.starts_with("GELO. Test it. ")), "{:?}", under[1].embed_input);
+    assert!(under[0].text.starts_with("## Test it"));
+    assert!(
+        under[0].embed_input.contains("bash scripts/test.sh scripts/test.sh sets a fresh machine up: see the setup.")
+    );
+    let first = &passages[0];
+    assert!(first.text.starts_with("# GELO\n\n## The web console"), "a heading alone joins the next section");
+    assert!(first.embed_input.starts_with("GELO. The web console. Sentence number 0"), "{}", first.embed_input);
+}
+
+#[test]
 fn whole_documents_are_embedded_exactly_like_beir() {
     let c = Chunker::load(&model("all-minilm-l6-v2"), 200, 40).unwrap();
     let p = c.plan("Title ", "Body text.", Chunking::Whole).unwrap();
