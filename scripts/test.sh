@@ -41,6 +41,8 @@ if [ -n "$long" ]; then echo "source files over 800 lines:" >&2; echo "$long" >&
 # No two modules of a crate import each other; the README's layout answers hold for the code.
 python3 scripts/import_loops.py
 python3 scripts/layout_check.py
+# The release build's flags (docs/RELEASES.md); the double build itself is too slow for CI.
+bash scripts/release/flags_check.sh
 step tests
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"

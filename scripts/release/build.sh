@@ -2,7 +2,7 @@
 # Builds the `gelo` service binary so that anyone with the same commit and toolchain gets
 # the same bytes, whatever folder they build in and whenever they do (docs/RELEASES.md).
 #
-#   scripts/release/build.sh [--src DIR] [--out DIR] [--allow-dirty]
+#   scripts/release/build.sh [--src DIR] [--out DIR] [--allow-dirty] [--print-env]
 #
 # What makes it reproducible:
 # - `cargo build --locked`: the dependency versions are Cargo.lock's, nothing newer.
@@ -20,12 +20,14 @@ set -euo pipefail
 src=""
 out=""
 allow_dirty=0
+print_env=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --src) src="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --allow-dirty) allow_dirty=1; shift ;;
-    *) echo "usage: $0 [--src DIR] [--out DIR] [--allow-dirty]" >&2; exit 2 ;;
+    --print-env) print_env=1; allow_dirty=1; shift ;;
+    *) echo "usage: $0 [--src DIR] [--out DIR] [--allow-dirty] [--print-env]" >&2; exit 2 ;;
   esac
 done
 src="$(cd "${src:-$(dirname "$0")/../..}" && git rev-parse --show-toplevel)"
@@ -65,7 +67,17 @@ export CFLAGS="${cflags# }" CXXFLAGS="${cflags# }"
 export CARGO_INCREMENTAL=0 TZ=UTC LC_ALL=C LANG=C
 unset CARGO_BUILD_JOBS_OVERRIDE RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER
 
-(cd "$src" && cargo build --release --locked -p gelo --bin gelo)
+build=(cargo build --release --locked -p gelo --bin gelo)
+if [ "$print_env" = 1 ]; then
+  # What the build would run with, for scripts/release/flags_check.sh; builds nothing.
+  echo "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH"
+  echo "RUSTFLAGS=${CARGO_ENCODED_RUSTFLAGS//$'\x1f'/ }"
+  echo "CFLAGS=$CFLAGS"
+  echo "CARGO_INCREMENTAL=$CARGO_INCREMENTAL TZ=$TZ LC_ALL=$LC_ALL"
+  echo "COMMAND=${build[*]}"
+  exit 0
+fi
+(cd "$src" && "${build[@]}")
 
 cp "$target/release/gelo" "$out/gelo"
 digest="$(sha256sum "$out/gelo" | cut -d' ' -f1)"
