@@ -99,6 +99,9 @@ stop() {
   for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/unified/kubepods; do
     if [ -d "$c" ]; then find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
   done
+  # The kubelet's links to the containers' logs (in /var/log/containers whatever podLogsDir says).
+  find /var/log/containers -maxdepth 1 -lname "$n/*" -delete 2>/dev/null || true
+  rmdir /var/log/containers 2>/dev/null || true # only when empty
   ip link delete "$BRIDGE" 2>/dev/null || true
   # kube-proxy's chains and rules.
   if [ -f "$n/kube-proxy.yaml" ] && [ -x "$(cat "$dir/bin")/kube-proxy" ]; then
@@ -267,7 +270,7 @@ failCgroupV1: $fail_cgroup_v1
 failSwapOn: false
 oomScoreAdj: $kubelet_oom
 containerRuntimeEndpoint: unix://$sock
-podLogsDirectory: $n/pod-logs
+podLogsDir: $n/pod-logs
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 hairpinMode: hairpin-veth
