@@ -568,6 +568,7 @@ mod tests {
             rope_theta: 10_000.0,
             max_positions: 32,
             tie_embeddings: true,
+            kv: crate::decoder::KvPrecision::F32,
         };
         let decoder = crate::random::decoder(cfg, Arc::new(protocol::SealedExecutor::new()), 7).unwrap();
         TextGenerator { decoder, tokenizer, identity: ModelIdentity([0; 32]) }

@@ -88,6 +88,18 @@ pub fn l2_normalize(v: &mut [f32]) {
 }
 
 /// Columns `start..start + width` of rows `r0..r1` as a new matrix.
+/// Every value rounded to the nearest f16 (kept as f32): the precision of llama.cpp's
+/// default KV cache, whose keys, values and the queries meeting them are f16.
+pub fn round_to_f16(x: &mut Matrix) {
+    use half::slice::HalfFloatSliceExt;
+    let mut h = [half::f16::ZERO; 64];
+    for c in x.as_mut_slice().chunks_mut(64) {
+        let h = &mut h[..c.len()];
+        h.convert_from_f32_slice(c);
+        h.convert_to_f32_slice(c);
+    }
+}
+
 pub fn block(x: &Matrix, r0: usize, r1: usize, start: usize, width: usize) -> Matrix {
     let mut out = Matrix::zeros(r1 - r0, width);
     for r in r0..r1 {

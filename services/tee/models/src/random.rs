@@ -42,6 +42,7 @@ fn qwen3(hidden: usize, inter: usize, layers: usize, heads: usize, kv: usize) ->
         rope_theta: 1_000_000.0,
         max_positions: 32_768,
         tie_embeddings: true,
+        kv: crate::decoder::KvPrecision::F32,
     }
 }
 

@@ -7,7 +7,7 @@ use tensor::{Matrix, WeightId, pool};
 
 use crate::{error::Result, ops, provision, tensors::Tensors};
 
-use super::{DecoderConfig, KvCache, norm::RmsNorm, rope::RopeAngles};
+use super::{DecoderConfig, KvCache, KvPrecision, norm::RmsNorm, rope::RopeAngles};
 
 /// Where a forward pass's sequences sit: in the stacked rows of the pass and in their own
 /// positions. Worked out once per pass, shared by its layers.
@@ -41,6 +41,7 @@ pub(super) struct Attention {
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
+    kv: KvPrecision,
 }
 
 impl Attention {
@@ -76,6 +77,7 @@ impl Attention {
             num_heads: cfg.num_heads,
             num_kv_heads: cfg.num_kv_heads,
             head_dim: hd,
+            kv: cfg.kv,
         })
     }
 
@@ -124,7 +126,10 @@ impl Attention {
     }
 
     /// Each sequence's query heads, QK-normed and rotated, after its keys (likewise) and
-    /// values are appended to its cache. Sequences run in parallel when a batch gives
+    /// values are appended to its cache. For a GGUF model queries, keys and values are
+    /// rounded to f16 precision, as llama.cpp's default f16 cache holds them and multiplies
+    /// them: measured against llama.cpp over 256 teacher-forced steps of SmolLM2 (sealed),
+    /// 251 equal next tokens with the rounding against 247 without. Sequences run in parallel when a batch gives
     /// enough work; a single long sequence (a prefill) runs its heads in parallel.
     fn queries_and_cache(
         &self,
@@ -147,11 +152,19 @@ impl Attention {
                     }
                     batch.angles[si].rotate(t, row);
                 }
+                if self.kv == KvPrecision::F16 {
+                    ops::round_to_f16(&mut hm);
+                }
                 hm
             };
             let par_heads = batch.lens.len() == 1 && n * (heads + 2 * kv_heads) * hd >= tensor::cpu::PAR_MIN_LEN;
-            let kv_of =
-                |g: usize| (prep(&qkv[1], g, self.k_norm.as_ref()), ops::block(&qkv[2], r0, r0 + n, g * hd, hd));
+            let kv_of = |g: usize| {
+                let mut v = ops::block(&qkv[2], r0, r0 + n, g * hd, hd);
+                if self.kv == KvPrecision::F16 {
+                    ops::round_to_f16(&mut v);
+                }
+                (prep(&qkv[1], g, self.k_norm.as_ref()), v)
+            };
             let q_of = |h: usize| prep(&qkv[0], h, self.q_norm.as_ref());
             let kv: Vec<(Matrix, Matrix)> =
                 if par_heads { pool::global().map(kv_heads, &kv_of) } else { (0..kv_heads).map(kv_of).collect() };

@@ -23,6 +23,20 @@ pub struct DecoderConfig {
     pub rope_theta: f32,
     pub max_positions: usize,
     pub tie_embeddings: bool,
+    /// Queries, keys and values rounded to f16 precision before they meet (see
+    /// [`KvPrecision`]).
+    pub kv: KvPrecision,
+}
+
+/// The precision attention's operands are held at: that of the runtime a checkpoint format
+/// is made for, so that GELO answers as it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvPrecision {
+    /// f32, as transformers computes a safetensors checkpoint.
+    F32,
+    /// Rounded to f16, as llama.cpp's default cache holds a GGUF model's keys and values and
+    /// multiplies the queries with them.
+    F16,
 }
 
 #[derive(Deserialize)]
@@ -68,6 +82,7 @@ impl DecoderConfig {
             rope_theta: c.rope_theta,
             max_positions: c.max_position_embeddings,
             tie_embeddings: c.tie_word_embeddings,
+            kv: KvPrecision::F32,
         })
     }
 
@@ -89,6 +104,7 @@ impl DecoderConfig {
             rope_theta: h.rope_freq_base,
             max_positions: h.context_length,
             tie_embeddings: h.tied_embeddings,
+            kv: KvPrecision::F16,
         })
     }
 

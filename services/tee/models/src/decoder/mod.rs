@@ -34,7 +34,7 @@ use tensor::{Matrix, Weight, WeightData, WeightId, WeightLayout};
 
 use self::{attention::Batch, layer::DecoderLayer, norm::RmsNorm, rope::Rope};
 pub use self::{
-    config::DecoderConfig,
+    config::{DecoderConfig, KvPrecision},
     family::{FAMILIES, Family, Presence},
     kv_cache::KvCache,
 };

@@ -227,7 +227,9 @@ fn first_argmax(v: &[f32]) -> u32 {
 /// of 256 steps (measured 2026-12-06: Qwen2.5 250 and 250, SmolLM2 249 and 250; 2026-12-07,
 /// after the softmax took the project's vectorized `exp`: SmolLM2 247 and 250 — both sides
 /// round activations to int8 from inputs that already differ, so near-ties flip with any
-/// change of rounding anywhere in the pass).
+/// change of rounding anywhere in the pass; later that day, with queries, keys and values
+/// at f16 precision as llama.cpp's cache holds them: Qwen2.5 251 and 250, SmolLM2 251 and
+/// 250).
 fn sealed_agrees_no_less_than_f32(file: &str, name: &str) {
     let (f32_agree, steps) = compare_with_llama_cpp(file, name, plain(), 0.999);
     let (int8_agree, _) = compare_with_llama_cpp(file, name, sealed(), 0.998);
@@ -298,14 +300,16 @@ fn smollm2_dual_lpn_greedy_equals_its_int8_reference() {
 
 /// What the dual-LPN scheme's rounding (int8 per activation row and per weight column)
 /// costs in agreement with llama.cpp, teacher-forced over 256 steps. Measured 2026-12-07:
-/// SmolLM2 236 and Qwen2.5 248 of 256, where the sealed path (int8 per block of 32, as
-/// llama.cpp's) gives 249 and 251 (`sealed_agrees_no_less_than_f32`); the floors sit just
-/// under those measurements, and docs/SECURITY.md records them.
+/// SmolLM2 236 and Qwen2.5 248 of 256 with an f32 attention cache, 237 and 242 with the f16
+/// one a GGUF model now gets, where the sealed path (int8 per block of 32, as llama.cpp's)
+/// gives 251 and 251 (`sealed_agrees_no_less_than_f32`); near-ties flip with any change of
+/// rounding, so the floors sit a few steps under those measurements, and docs/SECURITY.md
+/// records them.
 #[test]
 fn dual_lpn_rounding_agreement_with_llama_cpp() {
     for (file, name, floor) in [
         ("smollm2-135m-instruct.gguf", "smollm2-135m", 232),
-        ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b", 244),
+        ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b", 238),
     ] {
         let g = load_generator(&model(file), int8_reference(), &Default::default()).unwrap();
         let (agree, steps) = forced_agreement(&g, &fixture(name), name, f32::INFINITY);
