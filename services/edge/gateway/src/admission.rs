@@ -12,8 +12,16 @@
 //! client longer than [`Admission::stream_hold`] gives the place back and takes one again
 //! when the next document arrives (refused at once if the gateway is full by then), and one
 //! whose client sends nothing for [`Admission::message_timeout`] ends.
+//!
+//! A streamed answer whose client stops reading gives its place back too: its events go
+//! out through a bounded [`crate::outbox`], and once the client has taken none of them for
+//! [`Admission::send_timeout`] the answer is cancelled (the generation with it) and its
+//! [`Place`] released, instead of waiting on the socket for as long as the client likes.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
@@ -35,6 +43,11 @@ pub const DEFAULT_STREAM_HOLD: Duration = Duration::from_secs(1);
 /// body may take to arrive.
 pub const DEFAULT_MESSAGE_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
 
+/// How long a streamed answer waits for its client to take an event before it is cancelled:
+/// a client that reads at all takes one far sooner (an event is a token or two), and one
+/// that has stopped reading is let go within this much of its buffers filling.
+pub const DEFAULT_SEND_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
+
 /// The gateway's admission limit. Cheap to clone; both front doors share one.
 #[derive(Clone, Debug)]
 pub struct Admission {
@@ -43,11 +56,52 @@ pub struct Admission {
     body_timeout: Duration,
     stream_hold: Duration,
     message_timeout: Duration,
+    send_timeout: Duration,
 }
 
 /// Admitted: the request counts against the limit while this lives.
 #[derive(Debug)]
 pub struct Admitted(#[allow(dead_code)] OwnedSemaphorePermit);
+
+/// An admitted request's place, shared by whoever may end the request first: the response
+/// body (its end or its drop) and a streamed answer's sender (a client that stopped
+/// reading). [`Place::release`] gives the place back once, whoever calls it first.
+#[derive(Clone, Debug)]
+pub struct Place {
+    held: Arc<Mutex<Option<Admitted>>>,
+    send_timeout: Duration,
+}
+
+/// Releases its [`Place`] when dropped (a response body's end).
+#[derive(Debug)]
+pub struct ReleaseOnDrop(pub Place);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+impl Place {
+    /// `admitted`, whose streamed answer may wait `send_timeout` for its client to read.
+    pub fn new(admitted: Admitted, send_timeout: Duration) -> Self {
+        Place { held: Arc::new(Mutex::new(Some(admitted))), send_timeout }
+    }
+
+    pub fn send_timeout(&self) -> Duration {
+        self.send_timeout
+    }
+
+    /// Gives the place back (again: nothing).
+    pub fn release(&self) {
+        let held = self.held.lock().map(|mut p| p.take());
+        drop(held);
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.held.lock().is_ok_and(|p| p.is_some())
+    }
+}
 
 /// Refused: the gateway already serves `limit` requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +135,19 @@ impl Admission {
             body_timeout: DEFAULT_BODY_TIMEOUT,
             stream_hold: DEFAULT_STREAM_HOLD,
             message_timeout: DEFAULT_MESSAGE_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
         }
+    }
+
+    /// How long a streamed answer waits for its client to take its next event; then the
+    /// answer is cancelled and its place given back.
+    pub fn with_send_timeout(mut self, t: Duration) -> Self {
+        self.send_timeout = t;
+        self
+    }
+
+    pub fn send_timeout(&self) -> Duration {
+        self.send_timeout
     }
 
     /// How long an HTTP client may take to send its request's body; then 408.
@@ -153,5 +219,18 @@ mod tests {
         drop(first);
         assert!(a.try_admit().is_ok());
         assert_eq!(Admission::new(0).limit(), 1);
+    }
+
+    #[test]
+    fn a_shared_place_is_given_back_once_by_whoever_releases_it_first() {
+        let a = Admission::new(1);
+        let place = Place::new(a.try_admit().unwrap(), DEFAULT_SEND_TIMEOUT);
+        let other = ReleaseOnDrop(place.clone());
+        assert!(a.try_admit().is_err());
+        drop(other);
+        assert!(!place.is_held());
+        assert_eq!(a.in_flight(), 0);
+        place.release();
+        assert_eq!(a.in_flight(), 0);
     }
 }

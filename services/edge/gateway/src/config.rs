@@ -67,6 +67,8 @@ pub struct GatewayOptions {
     pub backend_timeout: f64,
     /// Model requests served at once (gRPC and HTTP together); more get RESOURCE_EXHAUSTED / 429.
     pub max_concurrent_requests: usize,
+    /// Connections open at once on each port (HTTP, RA-TLS); more are refused at once.
+    pub max_connections: usize,
     /// Default: `${GELO_CACHE:-~/.cache/gelo}/gateway`, given to [`GatewayOptions::into_config`].
     pub data_dir: Option<PathBuf>,
     pub sealing_key_file: Option<PathBuf>,
@@ -121,6 +123,7 @@ impl Default for GatewayOptions {
             backend_in_flight: crate::backends::DEFAULT_UNARY_IN_FLIGHT,
             backend_timeout: crate::backends::DEFAULT_CALL_TIMEOUT.as_secs_f64(),
             max_concurrent_requests: crate::admission::DEFAULT_MAX_CONCURRENT,
+            max_connections: crate::connections::DEFAULT_MAX_CONNECTIONS,
             data_dir: None,
             sealing_key_file: None,
             chunk_tokens: 200,
@@ -265,6 +268,7 @@ impl GatewayOptions {
             backend_in_flight: self.backend_in_flight,
             backend_timeout: seconds("backend-timeout", self.backend_timeout)?,
             max_concurrent_requests: self.max_concurrent_requests,
+            max_connections: self.max_connections,
             sealing_key_file: self.sealing_key_file,
             chunk_tokens: self.chunk_tokens,
             chunk_overlap: self.chunk_overlap,

@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::{
     admission::{Admission, Admitted, Full},
     error::GatewayError,
+    outbox::{Closed, outbox},
     pipeline::{Hit, Pipeline, QueryEvent, QueryParams},
 };
 
@@ -188,8 +189,11 @@ impl rag_server::Rag for RagService {
         let metrics = self.metrics.clone();
         let mut events = self.pipeline.query(params);
         // A forwarding task, so the outcome is recorded when the stream ends (a failure can
-        // come mid-answer) and a client that goes away cancels the generation.
-        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        // come mid-answer) and a client that goes away, or stops reading for the send
+        // timeout, cancels the generation.
+        let send_timeout = self.admission.send_timeout();
+        let stalled = move || Err(Status::deadline_exceeded(Closed::Stalled(send_timeout).message()));
+        let (tx, rx) = outbox(send_timeout, stalled);
         tokio::spawn(async move {
             // The query counts against the admission limit until its last event.
             let _admitted = admitted;
@@ -201,8 +205,12 @@ impl rag_server::Rag for RagService {
                     code = s.code();
                     tracing::info!(method = "Query", code = ?s.code(), "query failed");
                 }
-                if tx.send(msg).await.is_err() {
-                    code = tonic::Code::Cancelled;
+                if let Err(closed) = tx.send(msg).await {
+                    code = match closed {
+                        Closed::Gone => tonic::Code::Cancelled,
+                        Closed::Stalled(_) => tonic::Code::DeadlineExceeded,
+                    };
+                    tracing::info!(method = "Query", "{}", closed.message());
                     break;
                 }
                 if failed {
@@ -211,7 +219,7 @@ impl rag_server::Rag for RagService {
             }
             metrics.observe("Query", code, t.elapsed().as_secs_f64());
         });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(rx)))
     }
 
     async fn delete(&self, request: Request<DeleteRequest>) -> Result<Response<DeleteResponse>, Status> {

@@ -16,6 +16,9 @@
 //!   state) and [`console`] (the web page), all behind `http::access` (`Host`, `Origin`,
 //!   API keys from `http::keys`, a rate per key).
 //! - [`error`]: the one error type and its gRPC mapping.
+//! - [`admission`], [`outbox`], [`connections`]: what the gateway takes on at once and for
+//!   how long: requests admitted, a streamed answer's client that stops reading, connections
+//!   open on each port and the time and size of their request heads.
 //!
 //! [`run`] puts them together: the `gelo gateway` command is a thin shell around it, reading
 //! its [`config::GatewayOptions`] from file, environment and flags.
@@ -24,12 +27,14 @@ pub mod admission;
 pub mod backends;
 pub mod chunker;
 pub mod config;
+pub mod connections;
 pub mod console;
 pub mod docstore;
 pub mod error;
 pub mod focus;
 pub mod grpc;
 pub mod http;
+pub mod outbox;
 pub mod pipeline;
 pub mod prompt;
 
@@ -84,6 +89,8 @@ pub struct GatewayConfig {
     pub backend_timeout: std::time::Duration,
     /// Model requests served at once, gRPC and HTTP together; more are refused at once.
     pub max_concurrent_requests: usize,
+    /// Connections open at once on each port; more are refused at once.
+    pub max_connections: usize,
     pub data_dir: PathBuf,
     /// Sealing key file; `None`: `<data_dir>/sealing.key` with mock attestation, the SEV-SNP
     /// derived key on hardware.
@@ -91,6 +98,13 @@ pub struct GatewayConfig {
     pub chunk_tokens: usize,
     pub chunk_overlap: usize,
     pub settings: Settings,
+}
+
+impl GatewayConfig {
+    /// Each port's connection limits: `max_connections`, the rest the defaults.
+    pub fn connection_limits(&self) -> connections::ConnectionLimits {
+        connections::ConnectionLimits { max_connections: self.max_connections, ..Default::default() }
+    }
 }
 
 /// The gateway's protocol settings, hashed into its `scheme_identity`, with the digest of
@@ -218,13 +232,40 @@ pub async fn run(cfg: GatewayConfig, shutdown: impl Future<Output = ()> + Send +
         let access = http::Access::new(&cfg.http_access, local(&l)?)?;
         let app = http::router_with(pipeline.clone(), metrics.clone(), access, admission);
         let stop = shutdown.clone();
-        tokio::spawn(http::serve(l, app, http::HEADER_READ_TIMEOUT, stop));
+        tokio::spawn(http::serve(l, app, cfg.connection_limits(), stop));
     }
     println!("{line}");
     let opts = ServeOptions { listener, transport, metrics_listener, metrics };
-    serve(opts, routes, health(), shutdown).await.map_err(|e| GatewayError::Serve(e.to_string()))?;
+    serve_front_door(opts, routes, cfg.connection_limits(), shutdown)
+        .await
+        .map_err(|e| GatewayError::Serve(e.to_string()))?;
     tracing::info!("gateway stopped");
     Ok(())
+}
+
+/// The gRPC port: over RA-TLS under the connection limits ([`connections::attested`]);
+/// plaintext (`--insecure`, for local testing) as the model services serve theirs.
+async fn serve_front_door(
+    opts: ServeOptions,
+    routes: tonic::service::Routes,
+    limits: connections::ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::result::Result<(), server::serve::ServeError> {
+    let ServeOptions { listener, transport, metrics_listener, metrics } = opts;
+    match transport {
+        Transport::RaTls { identity, clients } => {
+            let config = match clients {
+                Some(verifier) => identity.server_config_mutual(verifier)?,
+                None => identity.server_config()?,
+            };
+            let (routes, incoming) = connections::attested(listener, config, limits, routes, identity);
+            server::serve::serve_incoming(incoming, metrics_listener, metrics, routes, health(), shutdown).await
+        }
+        Transport::Insecure => {
+            let opts = ServeOptions { listener, transport: Transport::Insecure, metrics_listener, metrics };
+            serve(opts, routes, health(), shutdown).await
+        }
+    }
 }
 
 /// The tokenizer model's identity (checked against `--expect-identity`) and the chunker

@@ -19,7 +19,7 @@ use gateway::{
     chunker::Chunker,
     docstore,
     http::{
-        Access, AccessConfig,
+        Access, AccessConfig, ConnectionLimits,
         keys::{self, ApiKey},
     },
 };
@@ -70,7 +70,8 @@ async fn gateway_with(cfg: AccessConfig, keys: &[&ApiKey], admission: Admission)
     let cfg = AccessConfig { api_keys_file: Some(keys_file.clone()), ..cfg };
     let access = Access::new(&cfg, addr).unwrap();
     let app = gateway::http::router_with(pipeline.clone(), server::Metrics::new("gateway"), access, admission);
-    tokio::spawn(gateway::http::serve(listener, app, HEADER_TIMEOUT, std::future::pending()));
+    let limits = ConnectionLimits { header_timeout: HEADER_TIMEOUT, ..ConnectionLimits::default() };
+    tokio::spawn(gateway::http::serve(listener, app, limits, std::future::pending()));
     Gateway { addr, keys_file, pipeline, _dir: dir }
 }
 
@@ -517,4 +518,56 @@ async fn a_slow_ingest_stream_gives_its_place_back_and_a_silent_one_ends() {
     assert!(t.elapsed() >= limit, "ended after {:?}", t.elapsed());
     drop(tx);
     assert_eq!(admission.in_flight(), 0);
+}
+
+/// The HTTP port holds at most `max_connections` open: one more is answered at once `503`
+/// `too_many_connections` with `Retry-After` and closed, never left waiting; once a
+/// connection closes, its place serves the next. A request head over the size limit is
+/// refused `431`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_the_connection_limit_a_connection_is_refused_at_once() {
+    use tokio::{io::AsyncWriteExt, net::TcpStream};
+    let key = ApiKey::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let keys_file = dir.path().join("api-keys");
+    keys::append(&keys_file, &key.digest(), None).unwrap();
+    let gw = gateway(AccessConfig::default(), &[&key]).await;
+    // A second port on the same pipeline, limited to two connections.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = listener.local_addr().unwrap();
+    let access = Access::new(&AccessConfig { api_keys_file: Some(keys_file), ..AccessConfig::default() }, a).unwrap();
+    let app = gateway::http::router(gw.pipeline.clone(), server::Metrics::new("gateway"), access);
+    let limits = ConnectionLimits { max_connections: 2, header_timeout: HEADER_TIMEOUT, ..ConnectionLimits::default() };
+    tokio::spawn(gateway::http::serve(listener, app, limits, std::future::pending()));
+
+    let held = [TcpStream::connect(a).await.unwrap(), TcpStream::connect(a).await.unwrap()];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = req(a, "GET", "/v1/models").key(&key).send().await;
+        assert!(t.elapsed() < Duration::from_secs(1), "refused after {:?}", t.elapsed());
+        eprintln!("a connection over the limit answered {} in {:?}", r.status, t.elapsed());
+        assert_eq!(r.status, 503, "{}\n{}", r.head, r.body);
+        assert_eq!(r.header("retry-after").as_deref(), Some("1"), "{}", r.head);
+        assert_eq!(r.json()["error"]["code"], "too_many_connections", "{}", r.body);
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains("--max-connections"), "{}", r.body);
+    }
+    drop(held);
+    let t = Instant::now();
+    loop {
+        let r = req(a, "GET", "/v1/models").key(&key).send().await;
+        if r.status == 200 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "the closed connections' places never came back: {}", r.head);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A head over 64 KiB.
+    let big = "a".repeat(gateway::connections::MAX_HEAD_BYTES + 1);
+    let r = req(a, "GET", "/v1/models").key(&key).h("X-Big", &big).send().await;
+    assert_eq!(r.status, 431, "{}", r.head);
+    let mut s = TcpStream::connect(a).await.unwrap();
+    s.shutdown().await.unwrap();
+    assert_eq!(req(a, "GET", "/v1/models").key(&key).send().await.status, 200, "the port answers after");
 }

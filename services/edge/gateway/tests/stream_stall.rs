@@ -3,6 +3,10 @@
 //! gives up on the answer after the call timeout with `DEADLINE_EXCEEDED` naming the
 //! generator, the generator leaves the rotation, and a streamed chat answer over HTTP ends
 //! with that error instead of waiting for as long as the client does.
+//!
+//! The other way round (`slow_reader`): a client that stops reading a streamed answer, over
+//! HTTP/1.1 and gRPC, has the answer cancelled and its place given back after the send
+//! timeout. And the RA-TLS port's connection limits (`attested_port`).
 
 use std::{
     net::SocketAddr,
@@ -32,6 +36,11 @@ use tonic::{Request, Response, Status};
 
 mod support;
 use support::{exchange, minilm};
+
+#[path = "stream_stall/attested_port.rs"]
+mod attested_port;
+#[path = "stream_stall/slow_reader.rs"]
+mod slow_reader;
 
 const MODEL: [u8; 32] = [9; 32];
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -80,22 +89,31 @@ impl generator_server::Generator for Generator {
 
 /// A generator on loopback, serving RA-TLS with mock evidence; its spec for the pool.
 async fn start(stall: bool) -> BackendSpec {
+    let routes = tonic::service::Routes::new(generator_server::GeneratorServer::new(Generator { stall }));
+    start_backend(Role::Generator, routes).await
+}
+
+/// The identity of an in-process service proving `role` with mock evidence.
+fn identity(role: &str) -> Arc<ServerIdentity> {
     let issuer = Arc::new(MockIssuer::load_or_create(pki_dir()).unwrap());
-    let scheme = serde_json::json!({ "role": "generator", "protocol": { "executor": "sealed" } });
-    let claims = ServiceClaims { model_identity: MODEL, scheme_json: scheme.to_string(), role: "generator".into() };
-    let identity = Arc::new(ServerIdentity::generate(issuer, claims).unwrap());
+    let scheme = serde_json::json!({ "role": role, "protocol": { "executor": "sealed" } });
+    let claims = ServiceClaims { model_identity: MODEL, scheme_json: scheme.to_string(), role: role.into() };
+    Arc::new(ServerIdentity::generate(issuer, claims).unwrap())
+}
+
+/// `routes` served on loopback over RA-TLS as a `role` backend; its spec for the pool.
+async fn start_backend(role: Role, routes: tonic::service::Routes) -> BackendSpec {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
-    let routes = tonic::service::Routes::new(generator_server::GeneratorServer::new(Generator { stall }));
     let opts = ServeOptions {
         listener,
-        transport: Transport::RaTls { identity, clients: None },
+        transport: Transport::RaTls { identity: identity(&role.to_string()), clients: None },
         metrics_listener: None,
-        metrics: server::Metrics::new("generator"),
+        metrics: server::Metrics::new("backend"),
     };
     tokio::spawn(async move { serve(opts, routes, health(), std::future::pending()).await.unwrap() });
     BackendSpec {
-        role: Role::Generator,
+        role,
         endpoint: addr.to_string(),
         model_identity: Some(MODEL),
         scheme_identity: None,
@@ -182,7 +200,8 @@ async fn a_streamed_chat_answer_from_a_stalled_generator_ends_with_a_timeout_eve
         let addr = listener.local_addr().unwrap();
         let access = Access::new(&AccessConfig { unauthenticated: true, ..AccessConfig::default() }, addr).unwrap();
         let app = gateway::http::router(pipeline, server::Metrics::new("gateway"), access);
-        tokio::spawn(gateway::http::serve(listener, app, gateway::http::HEADER_READ_TIMEOUT, std::future::pending()));
+        let limits = gateway::http::ConnectionLimits::default();
+        tokio::spawn(gateway::http::serve(listener, app, limits, std::future::pending()));
 
         let body = serde_json::json!({
             "model": "gelo-generator", "stream": true,

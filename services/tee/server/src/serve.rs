@@ -55,29 +55,11 @@ pub async fn serve(
     health: Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let health_service = health.grpc_service();
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(api::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| ServeError::Reflection(e.to_string()))?;
-    let mut routes = routes.add_service(health_service).add_service(reflection);
-    if let Transport::RaTls { identity, .. } = &opts.transport {
-        routes = routes.add_service(AttestationService::new(identity.clone()).into_server());
-    }
-    health.set_serving();
-    if let Some(listener) = opts.metrics_listener {
-        let app = http_app(opts.metrics.clone(), health.clone());
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "metrics server stopped");
-            }
-        });
-    }
-    // The gRPC statuses are set before the first request can arrive, then follow the state.
-    health.apply(&health.state()).await;
-    let follow = tokio::spawn(health.clone().follow());
-    let _stop_following = AbortOnDrop(follow);
+    let identity = match &opts.transport {
+        Transport::RaTls { identity, .. } => Some(identity.clone()),
+        Transport::Insecure => None,
+    };
+    let (routes, _stop_following) = prepare(routes, &health, opts.metrics_listener, opts.metrics, identity).await?;
     let server = tonic::transport::Server::builder().layer(crate::remap::ClientErrorsLayer).add_routes(routes);
     match opts.transport {
         Transport::RaTls { identity, clients } => {
@@ -94,6 +76,78 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// Connections a caller accepted itself, for [`serve_incoming`]: e.g. counted, and closed
+/// when they send no request in time (the gateway's front door).
+pub struct Incoming<S> {
+    /// The connections, their TLS handshakes done.
+    pub connections: S,
+    /// Serve `Attestation.GetEvidence` with this identity (the connections' RA-TLS one).
+    pub identity: Option<Arc<ServerIdentity>>,
+    /// The largest request head (HTTP/2 header list, bytes) a client may send; `None`:
+    /// hyper's default (16 KiB).
+    pub max_header_list_size: Option<u32>,
+}
+
+/// [`serve`] over `incoming` instead of a listener of its own; the same services, metrics
+/// and probes.
+pub async fn serve_incoming<S, IO, E>(
+    incoming: Incoming<S>,
+    metrics_listener: Option<TcpListener>,
+    metrics: Metrics,
+    routes: Routes,
+    health: Health,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError>
+where
+    S: tokio_stream::Stream<Item = Result<IO, E>> + Send + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + tonic::transport::server::Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (routes, _stop_following) = prepare(routes, &health, metrics_listener, metrics, incoming.identity).await?;
+    let server = tonic::transport::Server::builder()
+        .http2_max_header_list_size(incoming.max_header_list_size)
+        .layer(crate::remap::ClientErrorsLayer)
+        .add_routes(routes);
+    server.serve_with_incoming_shutdown(incoming.connections, shutdown).await?;
+    Ok(())
+}
+
+/// `routes` with health, reflection and (with an identity) `Attestation.GetEvidence`; the
+/// metrics port started; the health state set to serving and followed while the returned
+/// guard lives.
+async fn prepare(
+    routes: Routes,
+    health: &Health,
+    metrics_listener: Option<TcpListener>,
+    metrics: Metrics,
+    identity: Option<Arc<ServerIdentity>>,
+) -> Result<(Routes, AbortOnDrop), ServeError> {
+    let health_service = health.grpc_service();
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(api::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ServeError::Reflection(e.to_string()))?;
+    let mut routes = routes.add_service(health_service).add_service(reflection);
+    if let Some(identity) = identity {
+        routes = routes.add_service(AttestationService::new(identity).into_server());
+    }
+    health.set_serving();
+    if let Some(listener) = metrics_listener {
+        let app = http_app(metrics, health.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "metrics server stopped");
+            }
+        });
+    }
+    // The gRPC statuses are set before the first request can arrive, then follow the state.
+    health.apply(&health.state()).await;
+    let follow = tokio::spawn(health.clone().follow());
+    Ok((routes, AbortOnDrop(follow)))
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -137,6 +137,10 @@ pub struct GatewayArgs {
     /// RESOURCE_EXHAUSTED / HTTP 429 and Retry-After.
     #[arg(long)]
     pub max_concurrent_requests: Option<usize>,
+    /// Connections open at once on each port (HTTP, RA-TLS); one more is refused at once (HTTP
+    /// 503 with Retry-After; on the RA-TLS port closed before its handshake).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// Where the sealed document store lives.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,

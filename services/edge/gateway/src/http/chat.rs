@@ -2,11 +2,11 @@
 //! and `gelo-rag` (answered from the document store, with passages and checked citations
 //! as extra fields), whole or streamed as server-sent events ending in `data: [DONE]`.
 
-use std::{convert::Infallible, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
 
 use api::v1::{ChatMessage, FinishReason, GenerateRequest};
 use axum::{
-    Json,
+    Extension, Json,
     extract::{State, rejection::JsonRejection},
     http::StatusCode,
     response::{
@@ -21,7 +21,11 @@ use serde_json::{Value, json};
 use super::{ApiError, AppState, GENERATOR, RAG, St, new_id, now, observe};
 use attest::Role;
 
-use crate::pipeline::{Hit, QueryEvent, QueryParams};
+use crate::{
+    admission::{DEFAULT_SEND_TIMEOUT, Place},
+    outbox::{Closed, outbox},
+    pipeline::{Hit, QueryEvent, QueryParams},
+};
 
 #[derive(Deserialize)]
 pub(super) struct ChatRequest {
@@ -120,7 +124,11 @@ enum Piece {
     Citations { cited: Vec<String>, unknown: Vec<String> },
 }
 
-pub(super) async fn chat(State(s): St, body: Result<Json<ChatRequest>, JsonRejection>) -> Response {
+pub(super) async fn chat(
+    State(s): St,
+    place: Option<Extension<Place>>,
+    body: Result<Json<ChatRequest>, JsonRejection>,
+) -> Response {
     let t = Instant::now();
     let prepared = prepare_chat(&s, body);
     let (req, rag) = match prepared {
@@ -136,7 +144,8 @@ pub(super) async fn chat(State(s): St, body: Result<Json<ChatRequest>, JsonRejec
     let pieces = start_chat(&s, req, rag);
     let (id, created) = (new_id("chatcmpl"), now());
     if stream_mode {
-        sse(s.clone(), pieces, id, created, model, include_usage, t).into_response()
+        let answer = Answer { id, created, model, include_usage, t };
+        sse(s.clone(), pieces, answer, place.map(|Extension(p)| p)).into_response()
     } else {
         let r = collect(pieces, &id, created, &model).await;
         observe(&s.metrics, "openai.ChatCompletions", t, &r);
@@ -335,18 +344,31 @@ async fn collect(
     Ok(v)
 }
 
-/// A streamed chat completion: OpenAI's `chat.completion.chunk` events, then `[DONE]`. An
-/// error after the stream started is sent as an `{"error": ...}` event and ends the stream.
-fn sse(
-    s: Arc<AppState>,
-    mut pieces: tokio::sync::mpsc::Receiver<Result<Piece, ApiError>>,
+/// A streamed answer's identity and options.
+struct Answer {
     id: String,
     created: u64,
     model: String,
     include_usage: bool,
     t: Instant,
-) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
+}
+
+/// A streamed chat completion: OpenAI's `chat.completion.chunk` events, then `[DONE]`. An
+/// error after the stream started is sent as an `{"error": ...}` event and ends the stream.
+/// The events go out through an [`outbox`]: a client that reads none of them for the send
+/// timeout has its answer cancelled (the generation with it) and its `place` released; the
+/// response then ends in an error (the connection or HTTP/2 stream reset), not `[DONE]`.
+fn sse(
+    s: Arc<AppState>,
+    mut pieces: tokio::sync::mpsc::Receiver<Result<Piece, ApiError>>,
+    answer: Answer,
+    place: Option<Place>,
+) -> Sse<impl futures::Stream<Item = Result<Event, std::io::Error>>> {
+    let send_timeout = place.as_ref().map_or(DEFAULT_SEND_TIMEOUT, Place::send_timeout);
+    let stalled =
+        move || Err(std::io::Error::new(std::io::ErrorKind::TimedOut, Closed::Stalled(send_timeout).message()));
+    let (tx, rx) = outbox(send_timeout, stalled);
+    let Answer { id, created, model, include_usage, t } = answer;
     tokio::spawn(async move {
         let chunk = |delta: Value, finish: Option<&str>, extra: Option<(&str, Value)>| {
             let mut v = json!({
@@ -399,8 +421,14 @@ fn sse(
                     break;
                 }
             };
-            if tx.send(Ok(event)).await.is_err() {
-                outcome = Err(ApiError::new(StatusCode::OK, "client_closed", "cancelled", ""));
+            if let Err(closed) = tx.send(Ok(event)).await {
+                outcome = Err(match closed {
+                    Closed::Gone => ApiError::new(StatusCode::OK, "client_closed", "cancelled", ""),
+                    Closed::Stalled(_) => {
+                        ApiError::new(StatusCode::GATEWAY_TIMEOUT, "client_timeout", "client_stalled", closed.message())
+                    }
+                });
+                tracing::info!(route = "chat", "{}", closed.message());
                 break;
             }
         }
@@ -416,6 +444,12 @@ fn sse(
             let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
         }
         observe(&s.metrics, "openai.ChatCompletions", t, &outcome);
+        // Whether the answer ended or was cancelled, its model work is over: the place is
+        // free even while the last events wait on the client.
+        drop(pieces);
+        if let Some(p) = place {
+            p.release();
+        }
     });
-    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx)).keep_alive(KeepAlive::default())
+    Sse::new(rx).keep_alive(KeepAlive::default())
 }

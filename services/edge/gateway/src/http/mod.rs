@@ -50,7 +50,8 @@ use tonic::Code;
 use attest::Role;
 
 use crate::{
-    admission::{Admission, RETRY_AFTER_SECONDS},
+    admission::{Admission, Place, RETRY_AFTER_SECONDS, ReleaseOnDrop},
+    connections::MAX_HEAD_BYTES,
     error::GatewayError,
     pipeline::Pipeline,
 };
@@ -66,8 +67,9 @@ mod rerank;
 mod serve;
 pub mod trust;
 
+pub use crate::connections::{ConnectionLimits, HEADER_READ_TIMEOUT};
 pub use access::{Access, AccessConfig};
-pub use serve::{HEADER_READ_TIMEOUT, serve};
+pub use serve::serve;
 
 use chat::chat;
 use embeddings::embeddings;
@@ -121,16 +123,38 @@ pub fn router_with(pipeline: Arc<Pipeline>, metrics: Metrics, access: Access, ad
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        // Outermost: nothing runs, not even the body limit or a fallback, before it.
+        // Outermost but for the head's size: nothing runs, not even the body limit or a
+        // fallback, before it.
         .layer(from_fn_with_state(guard, access::guard))
+        .layer(axum::middleware::from_fn(head_limit))
         .with_state(Arc::new(AppState { pipeline, metrics }))
+}
+
+/// A request head (target and headers) over [`MAX_HEAD_BYTES`] is refused `431` before
+/// anything reads it, on either port. HTTP/1.1's parser stops reading a head at about this
+/// size ([`crate::connections`]) but may take a larger one that arrived whole; HTTP/2
+/// refuses one over it in the protocol.
+async fn head_limit(req: Request, next: Next) -> Response {
+    let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let size = req.headers().iter().fold(target, |n, (k, v)| n + k.as_str().len() + v.len() + 4);
+    if size > MAX_HEAD_BYTES {
+        return ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "invalid_request_error",
+            "request_header_too_large",
+            format!("the request's head is over {MAX_HEAD_BYTES} bytes"),
+        )
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// Reads a model request's body, then admits the request or refuses it at once: 429
 /// `overloaded` with `Retry-After`. The body comes first, within the admission's body
 /// timeout (408 after it) and `MAX_BODY` (413), so a client that sends slowly holds no
 /// place. The place is held until the response body is sent, so a streamed answer counts
-/// until its `[DONE]` (or until its client goes away and the body is dropped).
+/// until its `[DONE]` (or until its client goes away and the body is dropped, or stops
+/// reading for the send timeout: the answer's task releases the [`Place`] then).
 async fn admit(State((admission, metrics)): State<(Admission, Metrics)>, req: Request, next: Next) -> Response {
     let t = Instant::now();
     let (parts, body) = req.into_parts();
@@ -162,13 +186,19 @@ async fn admit(State((admission, metrics)): State<(Admission, Metrics)>, req: Re
                 .into_response();
         }
     };
-    let (parts, body) = next.run(Request::from_parts(parts, Body::from(bytes))).await.into_parts();
+    // The handler may release the place itself: a streamed answer whose client stopped reading.
+    let place = Place::new(permit, admission.send_timeout());
+    let mut req = Request::from_parts(parts, Body::from(bytes));
+    req.extensions_mut().insert(place.clone());
+    let (parts, body) = next.run(req).await.into_parts();
     if body.size_hint().exact().is_some() {
         // A whole body, already computed: the request is done.
+        place.release();
         return Response::from_parts(parts, body);
     }
+    let held = ReleaseOnDrop(place);
     let body = Body::from_stream(body.into_data_stream().map(move |chunk| {
-        let _held = &permit;
+        let _held = &held;
         chunk
     }));
     Response::from_parts(parts, body)
@@ -235,7 +265,7 @@ impl ApiError {
     /// The gRPC code this error would be, for the metrics.
     fn grpc_code(&self) -> Code {
         match self.status.as_u16() {
-            400 | 404 | 405 | 408 | 413 | 415 | 422 => Code::InvalidArgument,
+            400 | 404 | 405 | 408 | 413 | 415 | 422 | 431 => Code::InvalidArgument,
             401 => Code::Unauthenticated,
             403 | 421 => Code::PermissionDenied,
             429 => Code::ResourceExhausted,

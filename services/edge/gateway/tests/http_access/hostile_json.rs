@@ -4,6 +4,10 @@
 //! limit. Each must get an OpenAI-shaped answer — a 4xx refusal, or the route's own 503 (this
 //! pipeline has no backends) — quickly, never a 500 or a dropped connection, and the port
 //! must answer normally afterwards.
+//!
+//! Beyond the structured corpus, [`mutants`] grows it blindly and deterministically, as a
+//! fuzzer's mutator would: each valid body with a few random byte flips, replaced bytes,
+//! cut, repeated or spliced runs (ASCII only, so every mutant is still a string to send).
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +37,56 @@ fn templates() -> Vec<(&'static str, Value)> {
         ),
         ("/v1/documents", json!({ "documents": [{ "name": "a.txt", "text": "Some text.", "title": "A" }] })),
     ]
+}
+
+/// Mutants per route: enough that every field and bracket of each body is hit many times.
+const MUTANTS: usize = 128;
+
+/// xorshift64*: the same mutants on every run, from a seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// [`MUTANTS`] deterministic mutants of `seed` (ASCII), each from one to four mutations;
+/// `other` is spliced from.
+fn mutants(seed: &str, other: &str, rng: &mut Rng) -> Vec<String> {
+    const BYTES: &[u8] = b"{}[]\":,\\-+.0123456789eEtrufalsn \t\nx\x7f";
+    let (seed, other) = (seed.as_bytes(), other.as_bytes());
+    (0..MUTANTS)
+        .map(|_| {
+            let mut b = seed.to_vec();
+            for _ in 0..=rng.below(4) {
+                let i = rng.below(b.len());
+                let run = 1 + rng.below(16);
+                match rng.below(6) {
+                    0 if !b.is_empty() => b[i] ^= 1 << rng.below(7),
+                    1 if !b.is_empty() => b[i] = BYTES[rng.below(BYTES.len())],
+                    2 => drop(b.drain(i..(i + run).min(b.len()))),
+                    3 => {
+                        let part = b[i..(i + run).min(b.len())].to_vec();
+                        b.splice(i..i, part.repeat(1 + rng.below(64)));
+                    }
+                    4 => {
+                        let j = rng.below(other.len());
+                        b.splice(i..i, other[j..(j + run * 4).min(other.len())].iter().copied());
+                    }
+                    _ => b.insert(i.min(b.len()), BYTES[rng.below(BYTES.len())]),
+                }
+            }
+            String::from_utf8(b).expect("ASCII in, ASCII out")
+        })
+        .collect()
 }
 
 /// Values of every JSON type, and the edges of each.
@@ -160,6 +214,15 @@ async fn hostile_json_bodies_are_refused_by_type_and_never_break_the_port() {
     let gw = gateway(cfg, &[&key]).await;
     let a = gw.addr;
     let mut corpus: Vec<(&str, String)> = Vec::new();
+    let mut rng = Rng(0x6765_6c6f_6a73_6f6e);
+    let all = templates();
+    for (i, (path, template)) in all.iter().enumerate() {
+        let other = all[(i + 1) % all.len()].1.to_string();
+        for mutant in mutants(&template.to_string(), &other, &mut rng) {
+            corpus.push((path, mutant));
+        }
+    }
+    let mutated = corpus.len();
     for (path, template) in templates() {
         for raw in raw_bodies() {
             corpus.push((path, raw));
@@ -183,7 +246,10 @@ async fn hostile_json_bodies_are_refused_by_type_and_never_break_the_port() {
         *by_status.entry(status).or_default() += 1;
         slowest = slowest.max(took);
     }
-    eprintln!("hostile JSON: {} bodies, statuses {by_status:?}, slowest {slowest:?}, 0 panics", corpus.len());
+    eprintln!(
+        "hostile JSON: {} bodies ({mutated} of them mutants), statuses {by_status:?}, slowest {slowest:?}, 0 panics",
+        corpus.len()
+    );
     assert!(slowest < Duration::from_secs(5), "a hostile body took {slowest:?}");
     assert!(by_status.keys().all(|s| [200, 400, 404, 413, 415, 422, 503].contains(s)), "{by_status:?}");
     // Every body that is not JSON, or not an object, is a 400 on every route.
