@@ -61,7 +61,8 @@ cleanup() {
   exit $status
 }
 trap cleanup EXIT
-suite="apiserver e2e$(node && echo ", real node")"
+suite="apiserver e2e"
+if node; then suite+=", real node"; fi
 log() { echo "[$suite] $*"; }
 fail() { echo "[$suite] FAIL: $*" >&2; exit 1; }
 # The log files of pods (name prefix, namespace), whoever ran them.
