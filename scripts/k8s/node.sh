@@ -34,9 +34,15 @@ die() { log "$*"; exit 1; }
 
 cmd="${1:?deps|start|import|stop}"
 if [ "$cmd" = deps ]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    "containerd=$CONTAINERD_PIN" "runc=$RUNC_PIN" "containernetworking-plugins=$CNI_PIN" \
-    "umoci=$UMOCI_PIN" iptables conntrack >/dev/null
+  pkgs=("containerd=$CONTAINERD_PIN" "runc=$RUNC_PIN" "containernetworking-plugins=$CNI_PIN" "umoci=$UMOCI_PIN")
+  installed=1
+  for pkg in "${pkgs[@]}"; do
+    [ "$(dpkg-query -W -f '${Version}' "${pkg%%=*}" 2>/dev/null || true)" = "${pkg#*=}" ] || installed=""
+  done
+  for tool in iptables conntrack; do command -v "$tool" >/dev/null || installed=""; done
+  [ -n "$installed" ] && exit 0
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" iptables conntrack >/dev/null
   exit 0
 fi
 dir="${2:?the control plane folder}"
