@@ -156,8 +156,10 @@ impl Pool {
     /// Splits `0..n` into about `pieces_per_thread` pieces a thread, each at least `min`
     /// long, and runs `f(range)` for each on the pool.
     pub fn for_ranges(&self, n: usize, min: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
-        let pieces = split(n, min.max(1), self.threads * 4);
-        let step = n.div_ceil(pieces.max(1));
+        let step = n.div_ceil(split(n, min.max(1), self.threads * 4));
+        // Recounted from the step: 256 rows in 42 pieces are 37 steps of 7, and a 38th
+        // piece would start past the end.
+        let pieces = n.div_ceil(step.max(1));
         self.run(pieces, &|t| f(t * step..((t + 1) * step).min(n)));
     }
 }
@@ -397,11 +399,18 @@ mod tests {
 
     #[test]
     fn ranges_cover_exactly() {
-        let pool = Pool::new(2);
-        for (n, min) in [(0, 1), (1, 1), (10, 3), (1000, 7), (5, 100)] {
-            let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-            pool.for_ranges(n, min, &|r| r.for_each(|i| _ = seen[i].fetch_add(1, Ordering::Relaxed)));
-            assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "n={n} min={min}");
+        // Sixteen threads too: the pieces' rounding once left ranges past the end there
+        // (256 rows of 6144 values, quantized in pieces of at least 6 rows).
+        for threads in [2, 16] {
+            let pool = Pool::new(threads);
+            for (n, min) in [(0, 1), (1, 1), (10, 3), (1000, 7), (5, 100), (256, 6), (100, 6), (9, 1), (63, 2)] {
+                let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                pool.for_ranges(n, min, &|r| {
+                    assert!(r.start < r.end && r.end <= n, "n={n} min={min}: range {r:?}");
+                    r.for_each(|i| _ = seen[i].fetch_add(1, Ordering::Relaxed))
+                });
+                assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "n={n} min={min}");
+            }
         }
     }
 }
