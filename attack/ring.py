@@ -287,10 +287,14 @@ def gates(model, res, gate, fmt):
             read = f" (reading: {r['reading']}, {', '.join(f'{k} {fmt(y)}' for k, y in r['readings'].items())})" \
                 if "readings" in r else ""
             if attack in TOKEN:
-                free = r.get("order_free")
-                gate(f"{name} ≤ 0.10, bag of tokens too (at chance)",
-                     x is not None and x <= 0.10 and (free is None or free <= 0.10),
-                     f"{fmt(x)}, bag of tokens {fmt(free)}{read}")
+                # At most a tenth of the tokens, and never less than one: a decode site of
+                # six tokens (SmolLM2's LPN·dec at CI size) reads 0.167 on one lucky hit,
+                # which says nothing about the words.
+                free, n = r.get("order_free"), r.get("tokens")
+                bound = 0.10 if not n else max(0.10, 1.0 / n)
+                gate(f"{name} ≤ 0.10 (one token where fewer than ten), bag of tokens too (at chance)",
+                     x is not None and x <= bound and (free is None or free <= bound),
+                     f"{fmt(x)}, bag of tokens {fmt(free)}{read}" + (f", {n} tokens" if n else ""))
             elif attack in COSINE:
                 u = r.get("uniform")
                 ok = x is not None and u is not None and x <= u + 0.02
