@@ -228,7 +228,7 @@ pub const REASONS: &[&str] = &[
     "protection_not_allowed",
     "scheme_setting_not_allowed",
     "policy_invalid",
-    // The release log's (crate::release::RELEASE_REASONS).
+    // The release log's (`crate::release::ReleaseLogError::reason`).
     "release_log_key_invalid",
     "release_bundle_malformed",
     "release_manifest_malformed",

@@ -70,22 +70,6 @@ impl ReleaseLogError {
     }
 }
 
-/// Every reason [`ReleaseLogError::reason`] can return.
-pub const RELEASE_REASONS: &[&str] = &[
-    "release_log_key_invalid",
-    "release_bundle_malformed",
-    "release_manifest_malformed",
-    "release_checkpoint_malformed",
-    "release_checkpoint_signature_invalid",
-    "release_checkpoint_origin_mismatch",
-    "release_proof_malformed",
-    "release_inclusion_proof_invalid",
-    "measurement_not_in_release_log",
-    "release_log_rolled_back",
-    "release_log_forked",
-    "release_consistency_proof_missing",
-];
-
 /// Where a policy reads a bundle or a checkpoint from.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

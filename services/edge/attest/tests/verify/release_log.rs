@@ -5,9 +5,7 @@
 
 use std::path::PathBuf;
 
-use attest::release::{
-    LogKey, RELEASE_REASONS, ReleaseLogError, ReleaseLogPolicy, ReleaseManifest, ReleaseSource, check_bundle,
-};
+use attest::release::{LogKey, ReleaseLogError, ReleaseLogPolicy, ReleaseManifest, ReleaseSource, check_bundle};
 use attest::verify::REASONS;
 use attest::{Verifier, VerifyError, issuer::default_mock_measurement};
 
@@ -191,7 +189,7 @@ fn tampered_bundles_get_their_own_reasons() {
     for (want, text, remembered) in cases {
         let err = bundle_check(&text, remembered).expect_err(want);
         assert_eq!(err.reason(), want, "{err}");
-        assert!(RELEASE_REASONS.contains(&err.reason()) && REASONS.contains(&err.reason()));
+        assert!(REASONS.contains(&err.reason()), "{}", err.reason());
     }
 }
 
