@@ -279,10 +279,29 @@ pub struct AttestationSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(regex(pattern = r"^[0-9a-f]{64}$")))]
     pub scheme_identities: Vec<String>,
+    /// The release log every allowed measurement must be proven in (docs/RELEASES.md):
+    /// a pod is routed only if a logged release manifest names its measurement. Absent: the
+    /// measurements are taken as listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_log: Option<ReleaseLogSpec>,
     /// How often every ready pod is challenged again with a fresh nonce.
     #[serde(default = "default_period")]
     #[schemars(range(min = 2, max = 3600), extend("format" = "int32"))]
     pub period_seconds: u32,
+}
+
+/// A release log as a policy requires it, the texts inline (from the release's files).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseLogSpec {
+    /// The log's signed-note verifier key, `origin+keyid+base64`.
+    pub public_key: String,
+    /// Release bundles as `scripts/release/log.sh` writes them (JSON text, one a release).
+    #[schemars(length(min = 1))]
+    pub releases: Vec<String>,
+    /// The newest checkpoint this cluster saw (a signed note): every bundle must extend it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembered_checkpoint: Option<String>,
 }
 
 fn default_period() -> u32 {

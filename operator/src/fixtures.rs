@@ -86,6 +86,7 @@ impl PrivateRAGPipelineSpec {
                     mock_secret_ref: Some(SecretKeyRef { name: MOCK_SECRET.into(), key: "ark.pem".into() }),
                 }],
                 scheme_identities: vec![],
+                release_log: None,
                 period_seconds: 30,
             },
             storage: None,

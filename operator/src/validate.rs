@@ -61,6 +61,8 @@ pub struct ValidSpec {
     /// `masked.min_verify_probes`); `None` without masked components.
     pub masked_min_probes: Option<u32>,
     pub period: std::time::Duration,
+    /// The release log the measurements must be proven in, its bundles checked here.
+    pub release_log: Option<attest::release::ReleaseLogPolicy>,
 }
 
 impl ValidSpec {
@@ -113,6 +115,19 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
         }
     }
     let roots = trusted_roots(att, &mut problems);
+    let release_log = att.release_log.as_ref().map(|r| {
+        use attest::release::{ReleaseLogPolicy, ReleaseSource};
+        ReleaseLogPolicy {
+            public_key: r.public_key.clone(),
+            releases: r.releases.iter().cloned().map(ReleaseSource::Inline).collect(),
+            remembered_checkpoint: r.remembered_checkpoint.clone().map(ReleaseSource::Inline),
+        }
+    });
+    if let Some(log) = &release_log
+        && let Err(e) = log.check()
+    {
+        problems.push(format!("attestation.releaseLog refused ({}): {e}", e.reason()));
+    }
     if !(2..=3600).contains(&att.period_seconds) {
         problems.push(format!("attestation.periodSeconds {} is outside 2..=3600", att.period_seconds));
     }
@@ -142,6 +157,7 @@ pub fn validate(spec: &PrivateRAGPipelineSpec) -> Result<ValidSpec, Vec<String>>
         scheme_identities,
         protections,
         period: std::time::Duration::from_secs(att.period_seconds.into()),
+        release_log,
     })
 }
 

@@ -550,6 +550,9 @@ async fn resolve_policy(ctx: &Context, ns: &str, valid: &ValidSpec) -> Result<Re
     let t = valid.min_tcb;
     policy.min_tcb = attest::Tcb { bootloader: t.bootloader, tee: t.tee, snp: t.snp, microcode: t.microcode };
     policy.protections = valid.protections.clone();
+    if let Some(log) = &valid.release_log {
+        policy = policy.with_release_log(log.clone());
+    }
     if let Some(probes) = valid.masked_min_probes {
         // The spec names its masked pods' probe count; never more lenient than it says.
         policy.masked.min_verify_probes = probes.into();

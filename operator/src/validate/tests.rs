@@ -100,3 +100,36 @@ fn the_protections_a_spec_names_reach_its_policy() {
     assert_eq!(parsed, crate::crd::Protection::DualLpn);
     assert_eq!(parsed.as_str(), "dual-lpn");
 }
+
+/// The release fixtures a real Tessera log wrote (scripts/release/e2e.sh), as the attest
+/// crate's tests read them.
+fn release_file(name: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../services/edge/attest/testdata/release");
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn release_log(releases: &[&str], remembered: Option<&str>) -> crate::crd::ReleaseLogSpec {
+    crate::crd::ReleaseLogSpec {
+        public_key: release_file("log.pub"),
+        releases: releases.iter().map(|r| release_file(r)).collect(),
+        remembered_checkpoint: remembered.map(release_file),
+    }
+}
+
+#[test]
+fn a_release_log_reaches_the_policy_checked() {
+    let mut spec = PrivateRAGPipelineSpec::test();
+    spec.attestation.release_log = Some(release_log(&["gelo-2vcpu.bundle.json"], Some("remembered.checkpoint")));
+    let v = validate(&spec).expect("a genuine log is valid");
+    let log = v.release_log.expect("carried to the policy");
+    let policy = attest::Policy::default().with_release_log(log);
+    assert!(policy.release_log_state().expect("checks").is_some());
+
+    // A forged bundle (another history under the same key) is a problem of the spec, named
+    // by its reason, not a pod refused later for a confusing one.
+    let p = problems(|s| {
+        s.attestation.release_log = Some(release_log(&["forged.bundle.json"], Some("remembered.checkpoint")))
+    });
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].starts_with("attestation.releaseLog refused (release_log_"), "{p:?}");
+}
