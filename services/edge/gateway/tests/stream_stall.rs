@@ -140,6 +140,21 @@ async fn pool_of(specs: &[BackendSpec]) -> Pool {
     panic!("generators not verified: {:#?}", pool.status());
 }
 
+/// A streamed chat completion as raw HTTP/1.1 to `addr`, with `headers` (each ending in
+/// CRLF) after the content headers.
+fn streamed_chat(addr: std::net::SocketAddr, headers: &str) -> String {
+    let body = serde_json::json!({
+        "model": "gelo-generator", "stream": true,
+        "messages": [{ "role": "user", "content": "What do bees do?" }],
+    })
+    .to_string();
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n{headers}\r\n{body}",
+        body.len()
+    )
+}
+
 fn request() -> GenerateRequest {
     GenerateRequest {
         messages: vec![ChatMessage { role: "user".into(), content: "What do bees do?".into() }],
@@ -203,16 +218,7 @@ async fn a_streamed_chat_answer_from_a_stalled_generator_ends_with_a_timeout_eve
         let limits = gateway::http::ConnectionLimits::default();
         tokio::spawn(gateway::http::serve(listener, app, limits, std::future::pending()));
 
-        let body = serde_json::json!({
-            "model": "gelo-generator", "stream": true,
-            "messages": [{ "role": "user", "content": "What do bees do?" }],
-        })
-        .to_string();
-        let request = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
+        let request = streamed_chat(addr, "Connection: close\r\n");
         let t = Instant::now();
         let reply = tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(10), exchange(addr, &request))
             .await

@@ -142,16 +142,7 @@ async fn a_client_that_stops_reading_a_streamed_chat_answer_loses_it_and_its_pla
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut client = socket.connect(addr).await.unwrap();
-    let body = serde_json::json!({
-        "model": "gelo-generator", "stream": true,
-        "messages": [{ "role": "user", "content": "What do bees do?" }],
-    })
-    .to_string();
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let request = super::streamed_chat(addr, "");
     client.write_all(request.as_bytes()).await.unwrap();
     let mut seen = Vec::new();
     while !String::from_utf8_lossy(&seen).contains("w0x0") {
