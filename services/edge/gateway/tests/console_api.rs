@@ -5,7 +5,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use api::v1::{EmbedRequest, EmbedResponse, Embedding, embedder_server};
+use api::v1::embedder_server;
 use attest::{
     MockIssuer, MockPki, Policy, ServerIdentity, ServiceClaims, TrustedRoot, issuer::default_mock_measurement,
 };
@@ -18,7 +18,6 @@ use gateway::{
 use serde_json::{Value, json};
 use server::serve::{ServeOptions, Transport, health, serve};
 use tokio::net::TcpListener;
-use tonic::{Request, Response, Status};
 
 mod support;
 use support::{Reply, exchange, minilm};
@@ -39,28 +38,6 @@ fn policy() -> Policy {
         .allow_measurement(default_mock_measurement())
 }
 
-/// An embedder that maps each text to a small vector of its byte statistics.
-struct Fake;
-
-#[tonic::async_trait]
-impl embedder_server::Embedder for Fake {
-    async fn embed(&self, r: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
-        let embeddings = r
-            .into_inner()
-            .texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![1.0f32; 4];
-                for (i, b) in t.bytes().enumerate() {
-                    v[i % 4] += f32::from(b) / 255.0;
-                }
-                Embedding { values: v }
-            })
-            .collect();
-        Ok(Response::new(EmbedResponse { embeddings, ..Default::default() }))
-    }
-}
-
 /// An RA-TLS embedder service proving `role` with mock evidence; returns its address.
 async fn start_backend(role: &str) -> SocketAddr {
     let issuer = Arc::new(MockIssuer::load_or_create(pki_dir()).unwrap());
@@ -69,7 +46,7 @@ async fn start_backend(role: &str) -> SocketAddr {
     let identity = Arc::new(ServerIdentity::generate(issuer, claims).unwrap());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let routes = tonic::service::Routes::new(embedder_server::EmbedderServer::new(Fake));
+    let routes = tonic::service::Routes::new(embedder_server::EmbedderServer::new(support::ByteStatsEmbedder));
     let opts = ServeOptions {
         listener,
         transport: Transport::RaTls { identity, clients: None },

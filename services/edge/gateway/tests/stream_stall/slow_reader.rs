@@ -54,28 +54,6 @@ impl generator_server::Generator for Flood {
     }
 }
 
-/// Maps each text to a vector of its byte statistics.
-struct Embedder;
-
-#[tonic::async_trait]
-impl embedder_server::Embedder for Embedder {
-    async fn embed(&self, r: Request<api::v1::EmbedRequest>) -> Result<Response<api::v1::EmbedResponse>, Status> {
-        let embeddings = r
-            .into_inner()
-            .texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![1.0f32; 4];
-                for (i, b) in t.bytes().enumerate() {
-                    v[i % 4] += f32::from(b) / 255.0;
-                }
-                api::v1::Embedding { values: v }
-            })
-            .collect();
-        Ok(Response::new(api::v1::EmbedResponse { embeddings, ..Default::default() }))
-    }
-}
-
 /// A pipeline over a flooding generator (and, with `rag`, an embedder and one document);
 /// the flag the generator sets when its answer is dropped.
 pub(super) async fn flooded_pipeline(rag: bool, dir: &std::path::Path) -> (Arc<Pipeline>, Arc<AtomicBool>) {
@@ -86,7 +64,7 @@ pub(super) async fn flooded_pipeline(rag: bool, dir: &std::path::Path) -> (Arc<P
             .await,
     ];
     if rag {
-        let embedder = tonic::service::Routes::new(embedder_server::EmbedderServer::new(Embedder));
+        let embedder = tonic::service::Routes::new(embedder_server::EmbedderServer::new(support::ByteStatsEmbedder));
         specs.push(start_backend(Role::Embedder, embedder).await);
     }
     let pool = pool_of(&specs).await;

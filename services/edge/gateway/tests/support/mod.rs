@@ -1,5 +1,5 @@
-//! What the gateway's HTTP tests share: the offline MiniLM folder and one raw HTTP/1.1
-//! exchange read back whole (`Connection: close`).
+//! What the gateway's HTTP tests share: the offline MiniLM folder, one raw HTTP/1.1
+//! exchange read back whole (`Connection: close`), and an embedder needing no model.
 
 #![allow(dead_code)] // each test binary uses its own part
 
@@ -47,4 +47,30 @@ pub async fn exchange(addr: SocketAddr, request: &str) -> Reply {
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no reply head: {text:?}"));
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     Reply { status, head: head.to_string(), body: body.to_string() }
+}
+
+/// An embedder that maps each text to a small vector of its byte statistics: no model, yet
+/// texts of different bytes get different vectors.
+pub struct ByteStatsEmbedder;
+
+#[tonic::async_trait]
+impl api::v1::embedder_server::Embedder for ByteStatsEmbedder {
+    async fn embed(
+        &self,
+        r: tonic::Request<api::v1::EmbedRequest>,
+    ) -> Result<tonic::Response<api::v1::EmbedResponse>, tonic::Status> {
+        let embeddings = r
+            .into_inner()
+            .texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![1.0f32; 4];
+                for (i, b) in t.bytes().enumerate() {
+                    v[i % 4] += f32::from(b) / 255.0;
+                }
+                api::v1::Embedding { values: v }
+            })
+            .collect();
+        Ok(tonic::Response::new(api::v1::EmbedResponse { embeddings, ..Default::default() }))
+    }
 }
